@@ -1,0 +1,26 @@
+# `make test` is what CI runs (.ci/run): install (idempotent), static checks, then the tests.
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: install check test fmt bench clean
+
+install:
+	bash scripts/install.sh
+
+check: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: check
+	$(BIN)/pytest
+
+fmt:
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: install
+	$(BIN)/python benchmarks/bench_grading.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,263 @@
+"""Command line: parses arguments, builds objects, calls library functions. No logic lives here."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import get_args
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.tree import Tree
+
+from rcb_env import logs
+from rcb_env.errors import RcbError
+from rcb_env.grading.grader import Grader, GradingConfig
+from rcb_env.task import loader
+from rcb_env.task.models import DateField, Paper, Pset
+from rcb_env.task.selection import select_papers
+from rcb_env.validation.validate import Status, ValidationReport, planned_runs, validate
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _load(pset: Path | None, papers: tuple[str, ...]) -> Pset:
+    root = pset if pset is not None else loader.bundled_root()
+    return loader.load(root, papers=set(papers) if papers else None)
+
+
+def _print_failures(p: Pset) -> None:
+    for f in p.failures:
+        err.print(f"[red]load error[/red] paper {f.paper}: {f.message}", highlight=False)
+
+
+@click.group()
+@click.option("--log-json", is_flag=True, help="Structured logs on stderr as JSON lines.")
+@click.option("--log-level", default="warning", show_default=True)
+def cli(log_json: bool, log_level: str) -> None:
+    """rcb-env: ResearchCodeBench-style snippets as environment episodes."""
+    logs.configure(json=log_json, level=log_level)
+
+
+pset_option = click.option(
+    "--pset",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A pset root (papers.yaml + paper folders) or one paper folder. Default: bundled tasks.",
+)
+paper_option = click.option(
+    "--paper", "papers", multiple=True, help="Only this paper (repeatable)."
+)
+
+
+@cli.command()
+@pset_option
+@paper_option
+@click.option(
+    "--after", type=click.DateTime(["%Y-%m-%d"]), help="Keep papers dated after this day."
+)
+@click.option(
+    "--before", type=click.DateTime(["%Y-%m-%d"]), help="Keep papers dated before this day."
+)
+@click.option(
+    "--date-field",
+    type=click.Choice(get_args(DateField)),
+    default="first_commit_date",
+    show_default=True,
+    help="Which papers.yaml date --after/--before compare (the official harness uses "
+    "first_commit_date for contamination).",
+)
+@click.option("--tree", is_flag=True, help="Show every snippet with its nesting and weight.")
+@click.option("--json", "as_json", is_flag=True, help="Print the loaded specs as JSON.")
+def tasks(
+    pset: Path | None,
+    papers: tuple[str, ...],
+    after: dt.datetime | None,
+    before: dt.datetime | None,
+    date_field: DateField,
+    tree: bool,
+    as_json: bool,
+) -> None:
+    """List papers and snippets: counts, weights, nesting."""
+    loaded = select_papers(
+        _load(pset, papers),
+        after=after.date() if after else None,
+        before=before.date() if before else None,
+        field=date_field,
+    )
+    if as_json:
+        out.print_json(
+            json.dumps(
+                {
+                    "root": str(loaded.root),
+                    "papers": [
+                        p.model_dump(mode="json", exclude={"annotated_files"})
+                        for p in loaded.papers
+                    ],
+                    "failures": [f.model_dump(mode="json") for f in loaded.failures],
+                }
+            )
+        )
+    else:
+        _tasks_table(loaded)
+        if tree:
+            for p in loaded.papers:
+                out.print(_snippet_tree(p))
+    _print_failures(loaded)
+    sys.exit(1 if loaded.failures else 0)
+
+
+def _tasks_table(p: Pset) -> None:
+    table = Table(title=f"Tasks in {p.root}")
+    for col in (
+        "paper",
+        "date",
+        "files",
+        "snippets",
+        "top-level",
+        "max depth",
+        "weight",
+        "distinct",
+    ):
+        table.add_column(col, justify="left" if col in ("paper", "date") else "right")
+    for paper in p.papers:
+        s = paper.snippets
+        date = paper.meta.first_commit_date or paper.meta.arxiv_v1_date
+        table.add_row(
+            paper.id,
+            str(date or "-"),
+            str(len(paper.annotated_files)),
+            str(len(s)),
+            str(sum(1 for x in s if x.depth == 0)),
+            str(max((x.depth for x in s), default=-1) + 1),
+            str(paper.total_weight),
+            str(sum(x.distinct_lines for x in s)),
+        )
+    allsn = p.snippets
+    table.add_section()
+    table.add_row(
+        f"{len(p.papers)} papers",
+        "",
+        str(sum(len(x.annotated_files) for x in p.papers)),
+        str(len(allsn)),
+        str(sum(1 for x in allsn if x.depth == 0)),
+        str(max((x.depth for x in allsn), default=-1) + 1),
+        str(sum(x.weight for x in allsn)),
+        str(sum(x.distinct_lines for x in allsn)),
+    )
+    out.print(table)
+
+
+def _snippet_tree(paper: Paper) -> Tree:
+    root = Tree(f"[bold]{paper.id}[/bold] ({paper.total_weight} lines)")
+    nodes: dict[str, Tree] = {}
+    for s in paper.snippets:
+        parent = nodes[s.parent] if s.parent is not None else root
+        label = f"{s.name} [dim]{s.file}:{s.start_line}-{s.end_line}[/dim] weight {s.weight}"
+        nodes[s.name] = parent.add(label, highlight=False)
+    return root
+
+
+@cli.command(name="validate")
+@pset_option
+@paper_option
+@click.option("--jobs", default=1, show_default=True, help="Gradings in parallel.")
+@click.option("--repeat", default=1, show_default=True, help="Runs of each reference (flakiness).")
+@click.option(
+    "--timeout", type=float, help="Seconds per test run (default 300; overlays may raise)."
+)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path))
+def validate_cmd(
+    pset: Path | None,
+    papers: tuple[str, ...],
+    jobs: int,
+    repeat: int,
+    timeout: float | None,
+    json_path: Path | None,
+) -> None:
+    """Check every snippet: reference passes; masked and `pass` versions fail."""
+    loaded = _load(pset, papers)
+    _print_failures(loaded)
+    cfg = GradingConfig() if timeout is None else GradingConfig(timeout_s=timeout)
+    grader = Grader(cfg)
+    with Progress(
+        TextColumn("validating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=err,
+        transient=True,
+    ) as progress:
+        bar = progress.add_task("", total=planned_runs(loaded, repeat))
+        report = validate(
+            loaded,
+            grader,
+            jobs=jobs,
+            repeat=repeat,
+            on_done=lambda label: progress.update(bar, advance=1, description=label),
+        )
+    _validation_table(report)
+    if json_path is not None:
+        json_path.write_text(report.model_dump_json(indent=2))
+        out.print(f"report written to {json_path}")
+    sys.exit(0 if report.ok else 1)
+
+
+def _validation_table(report: ValidationReport) -> None:
+    table = Table(title=f"Validation of {report.root} (reference x{report.repeat})")
+    table.add_column("paper")
+    for col in ("snippets", "weight", *[s.value for s in Status], "reference", "seconds"):
+        table.add_column(col, justify="right")
+    for p in report.papers:
+        counts = {s: 0 for s in Status}
+        for s in p.snippet_reports:
+            counts[s.status] += 1
+        ref_passes = sum(r.outcome == "passed" for r in p.reference)
+        table.add_row(
+            p.id,
+            str(p.snippets),
+            str(p.weight),
+            *[str(counts[s]) for s in Status],
+            f"{ref_passes}/{len(p.reference)}",
+            f"{p.duration_s:.1f}",
+        )
+    for f in report.load_failures:
+        table.add_row(f"[red]{f.paper}[/red]", "load error", *[""] * (len(Status) + 3))
+    total = report.counts()
+    table.add_section()
+    table.add_row(
+        "total",
+        str(sum(p.snippets for p in report.papers)),
+        str(sum(p.weight for p in report.papers)),
+        *[str(total[s]) for s in Status],
+        "",
+        "",
+    )
+    out.print(table)
+    for p in report.papers:
+        if p.reference and not all(r.outcome == "passed" for r in p.reference):
+            bad = next(r for r in p.reference if r.outcome != "passed")
+            out.print(f"[red]{p.id}[/red] reference {bad.outcome}: {bad.detail}", highlight=False)
+            if p.known_issue:
+                out.print(f"  known issue: {p.known_issue}", highlight=False)
+        for s in p.snippet_reports:
+            if s.status is Status.WEAK:
+                which = "masked" if s.masked.outcome == "passed" else "pass-mutant"
+                out.print(
+                    f"[yellow]weak[/yellow] {s.id}: the {which} version passes", highlight=False
+                )
+    for f in report.load_failures:
+        out.print(f"[red]load error[/red] {f.paper}: {f.message}", highlight=False)
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=True)
+    except RcbError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.exit(2)

@@ -1,0 +1,409 @@
+"""Grade a candidate body: fresh pristine copy, insert between the markers, run the test file under
+rcb-env's runner, and classify the outcome (code wrong vs environment broken)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+from pydantic import BaseModel, ConfigDict
+
+from rcb_env import config
+from rcb_env.errors import GradingError, SandboxError
+from rcb_env.grading.models import FailureKind, GradeResult, Outcome, TestOutcome, TestStatus
+from rcb_env.sandbox.base import ExecResult, Executor
+from rcb_env.sandbox.local import LocalExecutor
+from rcb_env.task import annotations as ann
+from rcb_env.task.loader import OVERLAY_FILE
+from rcb_env.task.models import Paper, Snippet
+
+log = structlog.get_logger(__name__)
+
+#: The official harness fails a run whose stdout or stderr contains any of these.
+OFFICIAL_ERROR_WORDS = ("Error:", "Exception:", "Traceback", "failed")
+RUNNER_SOURCE = Path(__file__).with_name("_runner.py")
+_PASSTHROUGH_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "LANG", "LC_ALL", "TZ")
+_SKIP_DECORATORS = {"skip", "skipIf", "skipUnless", "expectedFailure"}
+_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError"}
+
+
+class GradingConfig(BaseModel):
+    """How a test file is run. Per-paper overlays may raise the timeout."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    timeout_s: float = 300.0
+    """Wall-clock limit per run (the official harness uses 60 s; ours leaves room for load)."""
+    memory_mb: int = 6144
+    """Address-space limit of the test process (0: none)."""
+    file_size_mb: int = 512
+    """Largest file the test process may write (0: none)."""
+    threads: int = 1
+    """OMP/MKL/OpenBLAS threads, so parallel jobs do not oversubscribe the cores."""
+    python: Path | None = None
+    """Interpreter for the test file; default: :func:`rcb_env.config.task_python`."""
+    output_limit: int = 20_000
+    """Bytes of stdout/stderr kept (head and tail)."""
+    verify_infra: bool = True
+    """Before calling a failure infrastructure, check that the pristine paper passes here; if it
+    does, the environment is fine and the failure is the candidate's."""
+
+
+def expected_tests(test_source: str) -> tuple[str, ...]:
+    """``Class.method`` of every test the file itself defines, found statically (so the tested
+    code cannot change the count). Methods with a skip or expected-failure decorator are left
+    out."""
+    try:
+        tree = ast.parse(test_source)
+    except SyntaxError:
+        return ()
+    classes: dict[str, ast.ClassDef] = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+    def base_names(c: ast.ClassDef) -> list[str]:
+        out = []
+        for b in c.bases:
+            if isinstance(b, ast.Name):
+                out.append(b.id)
+            elif isinstance(b, ast.Attribute):
+                out.append(b.attr)
+        return out
+
+    def is_test_class(c: ast.ClassDef, seen: frozenset[str] = frozenset()) -> bool:
+        for b in base_names(c):
+            if b.endswith("TestCase"):
+                return True
+            if b in classes and b not in seen and is_test_class(classes[b], seen | {c.name}):
+                return True
+        return False
+
+    def class_skipped(c: ast.ClassDef) -> bool:
+        return any(_decorator_name(d) in _SKIP_DECORATORS for d in c.decorator_list)
+
+    def methods(c: ast.ClassDef, seen: frozenset[str] = frozenset()) -> dict[str, bool]:
+        found: dict[str, bool] = {}
+        for b in reversed(base_names(c)):
+            if b in classes and b not in seen:
+                found.update(methods(classes[b], seen | {c.name}))
+        for node in c.body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith(
+                "test"
+            ):
+                found[node.name] = any(
+                    _decorator_name(d) in _SKIP_DECORATORS for d in node.decorator_list
+                )
+            elif isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    if isinstance(t, ast.Name):
+                        found.pop(t.id, None)
+        return found
+
+    out: list[str] = []
+    for name, c in classes.items():
+        if is_test_class(c) and not class_skipped(c):
+            out.extend(f"{name}.{m}" for m, skipped in methods(c).items() if not skipped)
+    return tuple(out)
+
+
+def _decorator_name(d: ast.expr) -> str:
+    if isinstance(d, ast.Call):
+        d = d.func
+    if isinstance(d, ast.Attribute):
+        return d.attr
+    if isinstance(d, ast.Name):
+        return d.id
+    return ""
+
+
+_STATUS_RANK = {
+    TestStatus.PASSED: 0,
+    TestStatus.EXPECTED_FAILURE: 0,
+    TestStatus.SKIPPED: 1,
+    TestStatus.MISSING: 2,
+    TestStatus.UNEXPECTED_SUCCESS: 3,
+    TestStatus.FAILED: 4,
+    TestStatus.ERROR: 5,
+}
+
+
+def read_report(path: Path) -> list[dict[str, Any]]:
+    """Parse the runner's JSON lines; a torn last line (process killed mid-write) is dropped."""
+    events: list[dict[str, Any]] = []
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return events
+    for line in raw.decode("utf-8", "replace").splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return events
+
+
+def classify(
+    events: list[dict[str, Any]],
+    run: ExecResult,
+    expected: tuple[str, ...],
+) -> tuple[Outcome, FailureKind, str, tuple[TestOutcome, ...]]:
+    """Decide the verdict from the runner's events, the process's end and the static test list."""
+    statuses: dict[str, tuple[TestStatus, str]] = {}
+    import_failures: list[str] = []
+    script_error: dict[str, Any] | None = None
+    started = done = False
+    for e in events:
+        kind = e.get("event")
+        if kind == "start":
+            started = True
+        elif kind == "done":
+            done = True
+        elif kind == "test":
+            try:
+                status = TestStatus(str(e.get("status")))
+            except ValueError:
+                continue
+            name = str(e.get("id"))
+            previous = statuses.get(name)
+            if previous is None or _STATUS_RANK[status] >= _STATUS_RANK[previous[0]]:
+                statuses[name] = (status, str(e.get("message", ""))[-2000:])
+            if e.get("exc_type") in _IMPORT_ERRORS:
+                import_failures.append(str(e.get("import_name") or e.get("message", ""))[:200])
+        elif kind == "script_error":
+            script_error = e
+            if e.get("exc_type") in _IMPORT_ERRORS:
+                import_failures.append(str(e.get("import_name") or e.get("message", ""))[:200])
+    for name in expected:
+        statuses.setdefault(name, (TestStatus.MISSING, ""))
+    tests = tuple(TestOutcome(name=n, status=s, message=m) for n, (s, m) in statuses.items())
+
+    if run.timed_out:
+        return Outcome.FAILED, FailureKind.TIMEOUT, "killed at the wall-clock limit", tests
+    if not started:
+        return (
+            Outcome.INFRA_ERROR,
+            FailureKind.RUNNER_CRASH,
+            f"the runner did not start (exit {run.exit_code}, signal {run.signal}): "
+            f"{run.stderr.strip()[-300:]}",
+            tests,
+        )
+    if run.signal is not None:
+        if run.signal == signal.SIGXCPU:
+            return Outcome.FAILED, FailureKind.TIMEOUT, "CPU-time limit exceeded", tests
+        if run.signal == signal.SIGXFSZ:
+            return Outcome.FAILED, FailureKind.EARLY_EXIT, "file-size limit exceeded", tests
+        return (
+            Outcome.INFRA_ERROR,
+            FailureKind.RUNNER_CRASH,
+            f"test process killed by signal {run.signal}",
+            tests,
+        )
+    if import_failures:
+        return (
+            Outcome.INFRA_ERROR,
+            FailureKind.MISSING_DEPENDENCY,
+            f"import failed: {import_failures[0]}",
+            tests,
+        )
+    if script_error is not None:
+        msg = str(script_error.get("message", "")).strip().splitlines()
+        return (
+            Outcome.FAILED,
+            FailureKind.LOAD_ERROR,
+            f"{script_error.get('exc_type')} before the tests finished: {msg[-1] if msg else ''}",
+            tests,
+        )
+    if not done:
+        return (
+            Outcome.FAILED,
+            FailureKind.EARLY_EXIT,
+            "process exited before the tests finished",
+            tests,
+        )
+    bad = [
+        t
+        for t in tests
+        if t.status in (TestStatus.FAILED, TestStatus.ERROR, TestStatus.UNEXPECTED_SUCCESS)
+    ]
+    if bad:
+        return (
+            Outcome.FAILED,
+            FailureKind.TEST_FAILURE,
+            f"{len(bad)} of {len(tests)} tests failed: " + ", ".join(t.name for t in bad[:5]),
+            tests,
+        )
+    unpassed = [
+        n
+        for n in expected
+        if statuses[n][0] not in (TestStatus.PASSED, TestStatus.EXPECTED_FAILURE)
+    ]
+    if unpassed:
+        return (
+            Outcome.FAILED,
+            FailureKind.MISSING_TESTS,
+            f"{len(unpassed)} defined tests did not pass: " + ", ".join(unpassed[:5]),
+            tests,
+        )
+    if run.exit_code != 0:
+        return Outcome.FAILED, FailureKind.NONZERO_EXIT, f"exit status {run.exit_code}", tests
+    return Outcome.PASSED, FailureKind.NONE, f"{len(tests)} tests passed", tests
+
+
+def _copy_ignore(_directory: str, names: list[str]) -> set[str]:
+    return {n for n in names if n in {".git", "__pycache__", OVERLAY_FILE}}
+
+
+class Grader:
+    """Grades candidate bodies. Thread-safe: every call works in its own fresh copy."""
+
+    def __init__(
+        self,
+        config_: GradingConfig | None = None,
+        *,
+        executor: Executor | None = None,
+        scratch: Path | None = None,
+    ) -> None:
+        self.config = config_ or GradingConfig()
+        self.scratch = scratch or config.scratch_dir()
+        self.executor: Executor = executor or LocalExecutor(
+            output_limit=self.config.output_limit, scratch=self.scratch
+        )
+        self.python = self.config.python or config.task_python()
+        self._expected: dict[str, tuple[str, ...]] = {}
+        self._health: dict[str, GradeResult] = {}
+        self._lock = threading.Lock()
+
+    def expected(self, paper: Paper) -> tuple[str, ...]:
+        with self._lock:
+            if paper.id not in self._expected:
+                source = (paper.root / paper.test_file).read_text(
+                    encoding="utf-8", errors="replace"
+                )
+                self._expected[paper.id] = expected_tests(source)
+            return self._expected[paper.id]
+
+    def timeout_for(self, paper: Paper) -> float:
+        return paper.overlay.timeout_s or self.config.timeout_s
+
+    def grade(self, paper: Paper, snippet: Snippet, body: str) -> GradeResult:
+        """Insert ``body`` between the snippet's markers in a fresh copy and run the tests.
+
+        Raises:
+            GradingError: the copy could not be prepared (disk full, pristine tree unreadable).
+        """
+        result = self._run(paper, snippet, body)
+        if result.is_infra_error and self.config.verify_infra and body != snippet.reference_body:
+            health = self.pristine_health(paper)
+            if health.passed:
+                result = result.model_copy(
+                    update={
+                        "outcome": Outcome.FAILED,
+                        "detail": f"{result.detail} (the pristine paper passes in this "
+                        "environment, so this is the candidate's failure)",
+                    }
+                )
+        log.debug("graded", snippet=snippet.id, outcome=result.outcome, kind=result.kind)
+        return result
+
+    def pristine_health(self, paper: Paper) -> GradeResult:
+        """Grade the untouched paper once (cached): does its reference pass in this environment?"""
+        with self._lock:
+            cached = self._health.get(paper.id)
+        if cached is not None:
+            return cached
+        first = paper.snippets[0]
+        result = self._run(paper, first, first.reference_body)
+        with self._lock:
+            self._health[paper.id] = result
+        return result
+
+    def _run(self, paper: Paper, snippet: Snippet, body: str) -> GradeResult:
+        expected = self.expected(paper)
+        workdir = Path(tempfile.mkdtemp(prefix="rcb-grade-", dir=self.scratch))
+        try:
+            folder = workdir / paper.slug
+            try:
+                shutil.copytree(paper.root, folder, ignore=_copy_ignore, symlinks=True)
+                original = paper.file_text(snippet.file)
+                inserted = ann.insert(original, snippet.span, body)
+                (folder / snippet.file).write_bytes(inserted.encode())
+                rcb = workdir / "_rcb"
+                rcb.mkdir()
+                shutil.copyfile(RUNNER_SOURCE, rcb / "runner.py")
+                (workdir / "home").mkdir()
+                (workdir / "tmp").mkdir()
+            except OSError as exc:
+                raise GradingError(f"cannot prepare a grading copy of {paper.id}: {exc}") from exc
+            report = rcb / "report.jsonl"
+            mb = 1024 * 1024
+            timeout = self.timeout_for(paper)
+            argv = [
+                str(self.python),
+                str(rcb / "runner.py"),
+                paper.test_file,
+                str(report),
+                str(self.config.memory_mb * mb),
+                str(self.config.file_size_mb * mb),
+                str(int(timeout) + 5),
+            ]
+            try:
+                run = self.executor.run(
+                    argv,
+                    cwd=folder,
+                    env=self._env(workdir),
+                    timeout_s=timeout,
+                    needles=OFFICIAL_ERROR_WORDS,
+                )
+            except SandboxError as exc:
+                return GradeResult(
+                    snippet_id=snippet.id,
+                    outcome=Outcome.INFRA_ERROR,
+                    kind=FailureKind.SANDBOX,
+                    detail=str(exc),
+                    official_pass=False,
+                )
+            outcome, kind, detail, tests = classify(read_report(report), run, expected)
+            return GradeResult(
+                snippet_id=snippet.id,
+                outcome=outcome,
+                kind=kind,
+                detail=detail,
+                official_pass=run.exit_code == 0 and not run.timed_out and not run.found,
+                tests=tests,
+                exit_code=run.exit_code,
+                timed_out=run.timed_out,
+                duration_s=round(run.duration_s, 4),
+                stdout=run.stdout,
+                stderr=run.stderr,
+            )
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _env(self, workdir: Path) -> Mapping[str, str]:
+        threads = str(self.config.threads)
+        path = os.pathsep.join([str(Path(self.python).parent), os.environ.get("PATH", os.defpath)])
+        env = {
+            "PATH": path,
+            "HOME": str(workdir / "home"),
+            "TMPDIR": str(workdir / "tmp"),
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONHASHSEED": "0",
+            "PYTHONUNBUFFERED": "1",
+            "MPLBACKEND": "Agg",
+            "OMP_NUM_THREADS": threads,
+            "MKL_NUM_THREADS": threads,
+            "OPENBLAS_NUM_THREADS": threads,
+        }
+        env.update({k: os.environ[k] for k in _PASSTHROUGH_ENV if k in os.environ})
+        return env

@@ -1,0 +1,103 @@
+"""Typed grading results. A failed test is a result; an unrunnable grader is an infra outcome."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Outcome(StrEnum):
+    """What a grading run says about the candidate."""
+
+    PASSED = "passed"
+    """Every test the file defines passed, and the program finished normally."""
+    FAILED = "failed"
+    """The code is wrong: an assertion, an exception, a syntax error, a timeout, an early exit."""
+    INFRA_ERROR = "infra_error"
+    """The environment is broken (missing dependency, runner crash); never scored as 0."""
+
+
+class FailureKind(StrEnum):
+    """Why a run did not pass (``none`` when it did)."""
+
+    NONE = "none"
+    TEST_FAILURE = "test_failure"
+    """At least one test failed or raised."""
+    LOAD_ERROR = "load_error"
+    """The test program raised before its tests ran (syntax error, exception at import)."""
+    TIMEOUT = "timeout"
+    """Wall-clock limit exceeded; the whole process group was killed."""
+    EARLY_EXIT = "early_exit"
+    """The process ended before the test program finished (``os._exit``, ``sys.exit``)."""
+    MISSING_TESTS = "missing_tests"
+    """Fewer tests passed than the file defines (skipped, never run, or not reported)."""
+    NONZERO_EXIT = "nonzero_exit"
+    """All tests passed but the process exited with a non-zero status."""
+    MISSING_DEPENDENCY = "missing_dependency"
+    """Infra: an import outside the candidate's code failed."""
+    RUNNER_CRASH = "runner_crash"
+    """Infra: the interpreter or runner did not start, or died by a signal nobody sent."""
+    SANDBOX = "sandbox"
+    """Infra: the sandbox failed to set up or to run the command."""
+
+
+class TestStatus(StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    ERROR = "error"
+    SKIPPED = "skipped"
+    EXPECTED_FAILURE = "expected_failure"
+    UNEXPECTED_SUCCESS = "unexpected_success"
+    MISSING = "missing"
+    """Defined in the test file but never reported."""
+
+
+class TestOutcome(Frozen):
+    """One test's outcome, as reported by rcb-env's runner."""
+
+    name: str
+    """``Class.method``."""
+    status: TestStatus
+    """What happened."""
+    message: str = ""
+    """Truncated traceback or skip reason."""
+
+
+class GradeResult(Frozen):
+    """The verdict on one candidate body for one snippet."""
+
+    snippet_id: str
+    """``<paper>/<snippet name>``."""
+    outcome: Outcome
+    """passed / failed / infra_error."""
+    kind: FailureKind
+    """Why it did not pass."""
+    detail: str = ""
+    """One human-readable sentence on the verdict."""
+    official_pass: bool
+    """The official harness's rule on the same run: exit 0 and no error words in the output."""
+    tests: tuple[TestOutcome, ...] = ()
+    """Per-test outcomes (defined-but-unreported tests appear as ``missing``)."""
+    exit_code: int | None = None
+    """Exit status of the test process."""
+    timed_out: bool = False
+    """Killed at the wall-clock limit."""
+    duration_s: float = 0.0
+    """Wall-clock time of the test run."""
+    stdout: str = ""
+    """Truncated standard output."""
+    stderr: str = ""
+    """Truncated standard error."""
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome is Outcome.PASSED
+
+    @property
+    def is_infra_error(self) -> bool:
+        return self.outcome is Outcome.INFRA_ERROR

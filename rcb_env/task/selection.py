@@ -1,0 +1,34 @@
+"""Choosing which tasks to run (e.g. by a model's knowledge cut-off)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from rcb_env.task.models import DateField, Pset
+
+
+def select_papers(
+    pset: Pset,
+    *,
+    after: dt.date | None = None,
+    before: dt.date | None = None,
+    field: DateField = "first_commit_date",
+) -> Pset:
+    """Papers whose ``field`` date is strictly after ``after`` and strictly before ``before``.
+
+    A paper without that date is dropped when a bound is given: it cannot be shown to be
+    outside a model's training data.
+    """
+    if after is None and before is None:
+        return pset
+    kept = []
+    for p in pset.papers:
+        d = p.meta.date(field)
+        if d is None:
+            continue
+        if after is not None and d <= after:
+            continue
+        if before is not None and d >= before:
+            continue
+        kept.append(p)
+    return pset.model_copy(update={"papers": tuple(kept)})

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Install rcb-env and everything it needs. Idempotent; quick when nothing changed.
+#
+#   system packages (Debian/Ubuntu, as root): bubblewrap, python3-venv
+#   .venv/                      rcb-env itself (editable) with its dev tools
+#   $RCB_ENV_HOME/task-venv/    the interpreter that runs task tests (numpy, torch==2.13.0),
+#                               outside any home folder so a sandbox user can read it
+#
+# Settings: PYTHON (interpreter for .venv, default python3), RCB_ENV_HOME (default /opt/rcb-env),
+# TASK_PYTHON_BASE (interpreter the task venv is made from, default /usr/bin/python3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+RCB_ENV_HOME=${RCB_ENV_HOME:-/opt/rcb-env}
+TASK_PYTHON_BASE=${TASK_PYTHON_BASE:-/usr/bin/python3}
+[ -x "$TASK_PYTHON_BASE" ] || TASK_PYTHON_BASE=$(command -v "$PYTHON")
+
+say() { printf '[install] %s\n' "$*"; }
+
+# 1. System packages.
+missing=()
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+"$TASK_PYTHON_BASE" -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "apt-get install ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    say "WARNING: please install: ${missing[*]} (needs root and apt-get)"
+  fi
+fi
+
+# 2. rcb-env in .venv (re-installed only when pyproject.toml changes).
+stamp_of() { cat "$@" 2>/dev/null | sha256sum | cut -c1-16; }
+[ -x .venv/bin/python ] || { say "creating .venv"; "$PYTHON" -m venv .venv; }
+want=$(stamp_of pyproject.toml)
+if [ "$(cat .venv/.rcb-stamp 2>/dev/null)" != "$want" ]; then
+  say "installing rcb-env into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  echo "$want" > .venv/.rcb-stamp
+fi
+
+# 3. The task interpreter.
+tv="$RCB_ENV_HOME/task-venv"
+[ -x "$tv/bin/python" ] || { say "creating $tv"; mkdir -p "$RCB_ENV_HOME"; "$TASK_PYTHON_BASE" -m venv "$tv"; }
+want=$(stamp_of tasks/requirements.txt)
+if [ "$(cat "$tv/.rcb-stamp" 2>/dev/null)" != "$want" ]; then
+  say "installing the bundled tasks' requirements into $tv"
+  "$tv/bin/python" -m pip install -q -r tasks/requirements.txt
+  echo "$want" > "$tv/.rcb-stamp"
+fi
+chmod -R a+rX "$RCB_ENV_HOME"
+say "done: .venv/bin/rcb-env; task interpreter $tv/bin/python"
