@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import sys
 from pathlib import Path
 from typing import get_args
@@ -22,8 +23,12 @@ from rcb_env.task.models import DateField, Paper, Pset
 from rcb_env.task.selection import select_papers
 from rcb_env.validation.validate import Status, ValidationReport, planned_runs, validate
 
+# Piped output (CI logs, files) gets wide tables instead of Rich's 80-column default.
 out = Console()
 err = Console(stderr=True)
+for _console in (out, err):
+    if not _console.is_terminal and "COLUMNS" not in os.environ:
+        _console.width = 140
 
 
 def _load(pset: Path | None, papers: tuple[str, ...]) -> Pset:
@@ -31,9 +36,20 @@ def _load(pset: Path | None, papers: tuple[str, ...]) -> Pset:
     return loader.load(root, papers=set(papers) if papers else None)
 
 
+def _shown(path: Path | str) -> str:
+    """A path as the user would type it: relative to the working folder when inside it."""
+    path = Path(path)
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def _print_failures(p: Pset) -> None:
     for f in p.failures:
-        err.print(f"[red]load error[/red] paper {f.paper}: {f.message}", highlight=False)
+        err.print(
+            f"[red]load error[/red] paper {f.paper}: {f.message}", highlight=False, soft_wrap=True
+        )
 
 
 @click.group()
@@ -112,7 +128,7 @@ def tasks(
 
 
 def _tasks_table(p: Pset) -> None:
-    table = Table(title=f"Tasks in {p.root}")
+    table = Table(title=f"Tasks in {_shown(p.root)}")
     for col in (
         "paper",
         "date",
@@ -123,7 +139,9 @@ def _tasks_table(p: Pset) -> None:
         "weight",
         "distinct",
     ):
-        table.add_column(col, justify="left" if col in ("paper", "date") else "right")
+        table.add_column(
+            col, justify="left" if col in ("paper", "date") else "right", no_wrap=col == "paper"
+        )
     for paper in p.papers:
         s = paper.snippets
         date = paper.meta.first_commit_date or paper.meta.arxiv_v1_date
@@ -209,8 +227,8 @@ def validate_cmd(
 
 
 def _validation_table(report: ValidationReport) -> None:
-    table = Table(title=f"Validation of {report.root} (reference x{report.repeat})")
-    table.add_column("paper")
+    table = Table(title=f"Validation of {_shown(report.root)} (reference x{report.repeat})")
+    table.add_column("paper", no_wrap=True)
     for col in ("snippets", "weight", *[s.value for s in Status], "reference", "seconds"):
         table.add_column(col, justify="right")
     for p in report.papers:
@@ -242,9 +260,13 @@ def _validation_table(report: ValidationReport) -> None:
     for p in report.papers:
         if p.reference and not all(r.outcome == "passed" for r in p.reference):
             bad = next(r for r in p.reference if r.outcome != "passed")
-            out.print(f"[red]{p.id}[/red] reference {bad.outcome}: {bad.detail}", highlight=False)
+            out.print(
+                f"[red]{p.id}[/red] reference {bad.outcome}: {bad.detail}",
+                highlight=False,
+                soft_wrap=True,
+            )
             if p.known_issue:
-                out.print(f"  known issue: {p.known_issue}", highlight=False)
+                out.print(f"  known issue: {p.known_issue}", highlight=False, soft_wrap=True)
         for s in p.snippet_reports:
             if s.status is Status.WEAK:
                 which = "masked" if s.masked.outcome == "passed" else "pass-mutant"
@@ -252,12 +274,12 @@ def _validation_table(report: ValidationReport) -> None:
                     f"[yellow]weak[/yellow] {s.id}: the {which} version passes", highlight=False
                 )
     for f in report.load_failures:
-        out.print(f"[red]load error[/red] {f.paper}: {f.message}", highlight=False)
+        out.print(f"[red]load error[/red] {f.paper}: {f.message}", highlight=False, soft_wrap=True)
 
 
 def main() -> None:
     try:
         cli(standalone_mode=True)
     except RcbError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)

@@ -14,19 +14,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import structlog
 from pydantic import BaseModel, ConfigDict
 
 from rcb_env import config
 from rcb_env.errors import GradingError, SandboxError
 from rcb_env.grading.models import FailureKind, GradeResult, Outcome, TestOutcome, TestStatus
+from rcb_env.logs import get_logger
 from rcb_env.sandbox.base import ExecResult, Executor
 from rcb_env.sandbox.local import LocalExecutor
 from rcb_env.task import annotations as ann
 from rcb_env.task.loader import OVERLAY_FILE
 from rcb_env.task.models import Paper, Snippet
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: The official harness fails a run whose stdout or stderr contains any of these.
 OFFICIAL_ERROR_WORDS = ("Error:", "Exception:", "Traceback", "failed")

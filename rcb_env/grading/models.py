@@ -47,6 +47,8 @@ class FailureKind(StrEnum):
 
 
 class TestStatus(StrEnum):
+    __test__ = False  # not a pytest test class
+
     PASSED = "passed"
     FAILED = "failed"
     ERROR = "error"
@@ -59,6 +61,8 @@ class TestStatus(StrEnum):
 
 class TestOutcome(Frozen):
     """One test's outcome, as reported by rcb-env's runner."""
+
+    __test__ = False  # not a pytest test class
 
     name: str
     """``Class.method``."""

@@ -1,0 +1,114 @@
+"""Shared fixtures: synthetic psets written to tmp folders, graded with the current interpreter."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rcb_env.grading.grader import Grader, GradingConfig
+
+# A tiny paper whose tests need only the standard library.
+MATH_CODE = '''\
+"""Tiny maths library."""
+
+
+def mean(xs):
+    # <paper2code name="mean">
+    # <paper2code name="total">
+    total = 0.0
+    for x in xs:
+        total += x
+    # </paper2code name="total">
+    return total / len(xs)
+    # </paper2code name="mean">
+
+
+def variance(xs):
+    # <paper2code name="variance">
+    m = mean(xs)
+    return sum((x - m) ** 2 for x in xs) / len(xs)
+    # </paper2code name="variance">
+'''
+
+MATH_TEST = """\
+import unittest
+
+from stats import mean, variance
+from stats_ref import mean as mean_ref, variance as variance_ref
+
+
+class TestStats(unittest.TestCase):
+    def test_mean(self):
+        self.assertAlmostEqual(mean([1, 2, 3, 4]), mean_ref([1, 2, 3, 4]))
+
+    def test_variance(self):
+        self.assertAlmostEqual(variance([1, 2, 3, 4]), variance_ref([1, 2, 3, 4]))
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+def strip_markers(code: str) -> str:
+    return "".join(line for line in code.splitlines(keepends=True) if "paper2code" not in line)
+
+
+def write_paper(
+    root: Path,
+    paper_id: str,
+    files: dict[str, str],
+    *,
+    annotated: Any = "stats.py",
+    context: Any = None,
+    meta: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write a paper folder; return its papers.yaml entry."""
+    folder = root / paper_id
+    folder.mkdir(parents=True, exist_ok=True)
+    for rel, text in files.items():
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text) if rel.endswith(".tex") else text)
+    entry: dict[str, Any] = {
+        "id": paper_id,
+        "title": f"Paper {paper_id}",
+        "first_commit_date": "2025-02-01",
+        "annotated_file_paths": annotated,
+        "context_file_paths": context,
+    }
+    entry.update(meta or {})
+    return entry
+
+
+def math_files(code: str = MATH_CODE, test: str = MATH_TEST) -> dict[str, str]:
+    return {
+        "paper2code_paper.tex": "\\section{Means} The mean is the sum over the count.\n",
+        "paper2code_test.py": test,
+        "stats.py": code,
+        "stats_ref.py": strip_markers(code),
+    }
+
+
+def write_pset(root: Path, entries: list[dict[str, Any]]) -> Path:
+    (root / "papers.yaml").write_text(yaml.safe_dump(entries, sort_keys=False))
+    return root
+
+
+@pytest.fixture
+def math_pset(tmp_path: Path) -> Path:
+    """A one-paper pset (3 snippets, stdlib tests)."""
+    return write_pset(tmp_path, [write_paper(tmp_path, "maths", math_files())])
+
+
+@pytest.fixture
+def grader(tmp_path: Path) -> Grader:
+    """Grades with this interpreter (stdlib tests need nothing else), scratch in tmp_path."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    return Grader(GradingConfig(python=Path(sys.executable), timeout_s=30), scratch=scratch)

@@ -1,0 +1,297 @@
+"""Grading: fresh copies, per-test outcomes from our runner, and code-vs-environment verdicts."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rcb_env.grading import FailureKind, Grader, GradingConfig, Outcome, TestStatus, classify
+from rcb_env.grading.grader import expected_tests
+from rcb_env.sandbox.base import ExecResult
+from rcb_env.task import Paper, load
+from tests.conftest import MATH_TEST, math_files, write_paper, write_pset
+
+pytestmark = pytest.mark.slow
+
+
+def _paper(root: Path, **files: str) -> Paper:
+    write_pset(root, [write_paper(root, "maths", math_files() | files)])
+    return load(root).papers[0]
+
+
+@pytest.fixture
+def paper(math_pset: Path) -> Paper:
+    return load(math_pset).papers[0]
+
+
+def _tree_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        h.update(str(path.relative_to(root)).encode())
+        if path.is_file():
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def test_reference_passes_with_per_test_outcomes(paper: Paper, grader: Grader) -> None:
+    s = paper.snippet("variance")
+    r = grader.grade(paper, s, s.reference_body)
+    assert r.outcome is Outcome.PASSED, r
+    assert r.official_pass
+    assert r.exit_code == 0
+    assert {t.name: t.status for t in r.tests} == {
+        "TestStats.test_mean": TestStatus.PASSED,
+        "TestStats.test_variance": TestStatus.PASSED,
+    }
+    assert r.snippet_id == "maths/variance"
+
+
+def test_wrong_body_fails_and_names_the_failing_test(paper: Paper, grader: Grader) -> None:
+    r = grader.grade(paper, paper.snippet("variance"), "    return 0.0\n")
+    assert r.outcome is Outcome.FAILED
+    assert r.kind is FailureKind.TEST_FAILURE
+    statuses = {t.name: t.status for t in r.tests}
+    assert statuses["TestStats.test_variance"] is TestStatus.FAILED
+    assert statuses["TestStats.test_mean"] is TestStatus.PASSED
+    assert not r.official_pass
+
+
+def test_syntax_error_is_the_codes_fault(paper: Paper, grader: Grader) -> None:
+    r = grader.grade(paper, paper.snippet("variance"), "    return (\n")
+    assert (r.outcome, r.kind) == (Outcome.FAILED, FailureKind.LOAD_ERROR)
+    assert "SyntaxError" in r.detail
+
+
+def test_timeout_kills_the_run(paper: Paper, tmp_path: Path) -> None:
+    g = Grader(GradingConfig(python=Path(sys.executable), timeout_s=1.5), scratch=tmp_path)
+    r = g.grade(paper, paper.snippet("variance"), "    import time\n    time.sleep(60)\n")
+    assert (r.outcome, r.kind) == (Outcome.FAILED, FailureKind.TIMEOUT)
+    assert r.timed_out
+    assert r.duration_s < 20
+
+
+def test_os_exit_zero_fools_the_official_rule_but_not_ours(paper: Paper, grader: Grader) -> None:
+    r = grader.grade(paper, paper.snippet("variance"), "    import os\n    os._exit(0)\n")
+    assert r.official_pass  # exit 0 and no error words: the published rule says "pass"
+    assert (r.outcome, r.kind) == (Outcome.FAILED, FailureKind.EARLY_EXIT)
+
+
+def test_sys_exit_inside_a_test_is_an_error(paper: Paper, grader: Grader) -> None:
+    r = grader.grade(paper, paper.snippet("variance"), "    import sys\n    sys.exit(0)\n")
+    assert r.outcome is Outcome.FAILED
+    assert {t.name: t.status for t in r.tests}["TestStats.test_variance"] is TestStatus.ERROR
+
+
+def test_skipping_from_the_snippet_does_not_pass(paper: Paper, grader: Grader) -> None:
+    body = "    import unittest\n    raise unittest.SkipTest('nothing to see')\n"
+    r = grader.grade(paper, paper.snippet("variance"), body)
+    assert (r.outcome, r.kind) == (Outcome.FAILED, FailureKind.MISSING_TESTS)
+    assert r.official_pass  # unittest exits 0 on skips
+
+
+def test_missing_dependency_outside_the_snippet_is_infrastructure(tmp_path: Path) -> None:
+    test = "import not_installed_anywhere_xyz\n" + MATH_TEST
+    paper = _paper(tmp_path, **{"paper2code_test.py": test})
+    g = Grader(GradingConfig(python=Path(sys.executable)), scratch=tmp_path)
+    s = paper.snippet("variance")
+    for body in (s.reference_body, "    return 0\n"):
+        r = g.grade(paper, s, body)
+        assert (r.outcome, r.kind) == (Outcome.INFRA_ERROR, FailureKind.MISSING_DEPENDENCY), r
+        assert "not_installed_anywhere_xyz" in r.detail
+
+
+def test_import_error_is_the_candidates_when_the_pristine_paper_passes(
+    paper: Paper, grader: Grader
+) -> None:
+    body = "    import not_installed_anywhere_xyz\n    return 1\n"
+    r = grader.grade(paper, paper.snippet("variance"), body)
+    assert r.outcome is Outcome.FAILED
+    assert "pristine paper passes" in r.detail
+
+
+def test_unstartable_interpreter_is_infrastructure(paper: Paper, tmp_path: Path) -> None:
+    g = Grader(GradingConfig(python=tmp_path / "no-python"), scratch=tmp_path)
+    s = paper.snippet("mean")
+    r = g.grade(paper, s, s.reference_body)
+    assert r.outcome is Outcome.INFRA_ERROR
+    assert r.kind is FailureKind.SANDBOX
+
+
+def test_grading_copies_are_fresh_and_the_pristine_tree_is_untouched(
+    paper: Paper, grader: Grader
+) -> None:
+    before = _tree_digest(paper.root)
+    body = (
+        "    open('planted.txt', 'w').write('x')\n"
+        "    open('stats_ref.py', 'a').write('\\nBROKEN = 1\\n')\n"
+        "    return sum((x - mean(xs)) ** 2 for x in xs) / len(xs)\n"
+    )
+    s = paper.snippet("variance")
+    assert grader.grade(paper, s, body).passed
+    probe = "    import os\n    assert not os.path.exists('planted.txt')\n" + s.reference_body
+    assert grader.grade(paper, s, probe).passed
+    assert _tree_digest(paper.root) == before
+    assert not list(grader.scratch.iterdir())  # copies removed
+
+
+def test_processes_left_behind_are_killed(paper: Paper, grader: Grader) -> None:
+    marker = "98765.4321"
+    body = f"    import subprocess\n    subprocess.Popen(['sleep', '{marker}'])\n" + (
+        paper.snippet("variance").reference_body
+    )
+    grader.grade(paper, paper.snippet("variance"), body)
+    survivors = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if marker in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                survivors.append(proc.name)
+        except OSError:
+            continue
+    assert survivors == []
+
+
+def test_official_rule_sees_error_words_beyond_the_kept_output(
+    paper: Paper, tmp_path: Path
+) -> None:
+    g = Grader(GradingConfig(python=Path(sys.executable), output_limit=200), scratch=tmp_path)
+    body = (
+        "    print('x' * 50000)\n    print('Exception: only in the middle')\n"
+        "    print('y' * 50000)\n" + paper.snippet("variance").reference_body
+    )
+    r = g.grade(paper, paper.snippet("variance"), body)
+    assert r.passed
+    assert not r.official_pass
+    assert "Exception: only" not in r.stdout
+    assert "truncated" in r.stdout
+
+
+def test_script_style_test_files_are_graded_by_exit_and_completion(tmp_path: Path) -> None:
+    script = (
+        "from stats import mean, variance\n"
+        "assert abs(variance([1, 2, 3, 4]) - 1.25) < 1e-9\n"
+        "print('all good')\n"
+    )
+    paper = _paper(tmp_path, **{"paper2code_test.py": script})
+    g = Grader(GradingConfig(python=Path(sys.executable)), scratch=tmp_path)
+    s = paper.snippet("variance")
+    assert g.grade(paper, s, s.reference_body).passed
+    r = g.grade(paper, s, "    return 0\n")
+    assert (r.outcome, r.kind) == (Outcome.FAILED, FailureKind.LOAD_ERROR)
+
+
+def test_parallel_gradings_do_not_interfere(paper: Paper, grader: Grader) -> None:
+    s = paper.snippet("variance")
+    bodies = [s.reference_body, "    return -1\n"] * 3
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda b: grader.grade(paper, s, b), bodies))
+    assert [r.passed for r in results] == [True, False] * 3
+
+
+# --- classification and static test discovery, without processes ------------------------------
+
+_OK = ExecResult(exit_code=0)
+
+
+def test_classify_runner_that_never_started_is_infrastructure() -> None:
+    outcome, kind, _, _ = classify([], ExecResult(exit_code=127, stderr="no such file"), ())
+    assert (outcome, kind) == (Outcome.INFRA_ERROR, FailureKind.RUNNER_CRASH)
+
+
+def test_classify_signals() -> None:
+    started = [{"event": "start"}]
+    crash = classify(started, ExecResult(exit_code=None, signal=signal.SIGSEGV), ())
+    assert crash[0] is Outcome.INFRA_ERROR
+    cpu = classify(started, ExecResult(exit_code=None, signal=signal.SIGXCPU), ())
+    assert (cpu[0], cpu[1]) == (Outcome.FAILED, FailureKind.TIMEOUT)
+
+
+def test_classify_requires_every_defined_test_to_pass() -> None:
+    events: list[dict[str, Any]] = [
+        {"event": "start"},
+        {"event": "test", "id": "T.test_a", "status": "passed"},
+        {"event": "done", "code": 0},
+    ]
+    outcome, kind, detail, tests = classify(events, _OK, ("T.test_a", "T.test_b"))
+    assert (outcome, kind) == (Outcome.FAILED, FailureKind.MISSING_TESTS)
+    assert "T.test_b" in detail
+    assert {t.name: t.status for t in tests}["T.test_b"] is TestStatus.MISSING
+
+
+def test_classify_worst_subtest_outcome_wins_and_torn_lines_are_ignored(tmp_path: Path) -> None:
+    from rcb_env.grading.grader import read_report
+
+    report = tmp_path / "r.jsonl"
+    report.write_text(
+        '{"event": "start"}\n'
+        '{"event": "test", "id": "T.test_a", "status": "failed"}\n'
+        '{"event": "test", "id": "T.test_a", "status": "passed"}\n'
+        '{"event": "done", "code": 0}\n'
+        '{"event": "te'
+    )
+    outcome, kind, _, _ = classify(read_report(report), _OK, ("T.test_a",))
+    assert (outcome, kind) == (Outcome.FAILED, FailureKind.TEST_FAILURE)
+
+
+def test_classify_pass_needs_done_and_exit_zero() -> None:
+    events: list[dict[str, Any]] = [
+        {"event": "start"},
+        {"event": "test", "id": "T.test_a", "status": "passed"},
+        {"event": "done", "code": 0},
+    ]
+    assert classify(events, _OK, ("T.test_a",))[0] is Outcome.PASSED
+    assert classify(events[:-1], _OK, ("T.test_a",))[1] is FailureKind.EARLY_EXIT
+    assert classify(events, ExecResult(exit_code=3), ("T.test_a",))[1] is FailureKind.NONZERO_EXIT
+
+
+def test_expected_tests_follow_inheritance_and_skip_decorators() -> None:
+    source = """
+import unittest
+from unittest import TestCase, skip
+
+class Base(unittest.TestCase):
+    def test_shared(self): pass
+    def helper(self): pass
+
+class Child(Base):
+    def test_own(self): pass
+    @unittest.skipIf(True, "gpu only")
+    def test_gpu(self): pass
+
+class Direct(TestCase):
+    def test_x(self): pass
+    test_removed = None
+
+@skip("whole class")
+class Skipped(TestCase):
+    def test_never(self): pass
+
+class NotATest:
+    def test_nope(self): pass
+"""
+    assert set(expected_tests(source)) == {
+        "Base.test_shared",
+        "Child.test_shared",
+        "Child.test_own",
+        "Direct.test_x",
+    }
+    assert expected_tests("def broken(:\n") == ()
+
+
+def test_threads_are_limited_in_the_test_environment(paper: Paper, grader: Grader) -> None:
+    body = (
+        "    import os\n    assert os.environ['OMP_NUM_THREADS'] == '1'\n"
+        "    assert 'RCB_SECRET_PROBE' not in os.environ\n"
+        + paper.snippet("variance").reference_body
+    )
+    os.environ["RCB_SECRET_PROBE"] = "1"
+    try:
+        assert grader.grade(paper, paper.snippet("variance"), body).passed
+    finally:
+        del os.environ["RCB_SECRET_PROBE"]
