@@ -363,6 +363,7 @@ class Grader:
                     env=self._env(workdir),
                     timeout_s=timeout,
                     needles=OFFICIAL_ERROR_WORDS,
+                    writable=workdir,
                 )
             except SandboxError as exc:
                 return GradeResult(

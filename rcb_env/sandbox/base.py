@@ -1,12 +1,23 @@
-"""The contract every way of running a command satisfies."""
+"""The contracts: an :class:`Executor` runs one command to completion (grading); a
+:class:`Sandbox` holds an episode's workspace and a persistent shell (tools)."""
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
+import threading
+import weakref
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from types import TracebackType
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
+
+from rcb_env.sandbox import workspace as ws
 
 
 class ExecResult(BaseModel):
@@ -15,7 +26,7 @@ class ExecResult(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     exit_code: int | None
-    """Exit status, or None if the process was killed by a signal."""
+    """Exit status, or None if the process was killed by a signal or a timeout."""
     signal: int | None = None
     """Signal that ended the process, if any."""
     timed_out: bool = False
@@ -28,6 +39,8 @@ class ExecResult(BaseModel):
     """Wall-clock time."""
     found: tuple[str, ...] = ()
     """Which of the requested ``needles`` occur anywhere in the FULL stdout or stderr."""
+    oom_killed: bool = False
+    """The sandbox's memory limit killed a process during the command."""
 
 
 class Executor(Protocol):
@@ -41,10 +54,174 @@ class Executor(Protocol):
         env: Mapping[str, str],
         timeout_s: float,
         needles: tuple[str, ...] = (),
+        writable: Path | None = None,
     ) -> ExecResult:
-        """Run ``argv`` in ``cwd``; kill the whole process tree at ``timeout_s``.
+        """Run ``argv`` in ``cwd``; kill the whole process tree at ``timeout_s``. ``writable`` is
+        the only folder the command may write (sandboxing executors bind it; others ignore it).
 
         Raises:
             SandboxError: the command could not be started at all.
         """
         ...
+
+
+BackendName = Literal["auto", "bwrap", "local"]
+
+
+class Limits(BaseModel):
+    """Resource limits of one sandbox (cgroups where available, rlimits always)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    memory_mb: int = 4096
+    """Memory of the whole sandbox (cgroup) and address space of each process (rlimit)."""
+    pids: int = 256
+    """Processes and threads in the sandbox."""
+    file_size_mb: int = 512
+    """Largest file a process may write."""
+    cpu_s: int = 3600
+    """CPU seconds per process."""
+    nofile: int = 1024
+    """Open files per process."""
+
+
+class SandboxConfig(BaseModel):
+    """How episodes are sandboxed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    backend: BackendName = "auto"
+    """``auto`` probes bwrap and uses it when it really runs; ``local`` must be asked for."""
+    limits: Limits = Limits()
+    """Resource limits per sandbox."""
+    command_timeout_s: float = 120.0
+    """Default wall-clock limit of one shell command."""
+    output_limit: int = 20_000
+    """Bytes of a command's stdout/stderr kept (head and tail)."""
+    user: str | None = "rcb-sandbox"
+    """Unprivileged user the sandboxed processes run as, when rcb-env runs as root."""
+    python: Path | None = None
+    """Task interpreter (bound read-only in the sandbox); default: the configured task python."""
+
+
+_live: weakref.WeakSet[Sandbox] = weakref.WeakSet()
+_live_lock = threading.Lock()
+
+
+@atexit.register
+def _close_leftovers() -> None:
+    with _live_lock:
+        leftovers = list(_live)
+    for sb in leftovers:
+        sb.close()
+
+
+class Sandbox(ABC):
+    """One episode's workspace (a copy of a snippet's masked template) plus a shell to run
+    commands in it. File operations act on the workspace copy from the host, with every path
+    confined to it; commands run inside the backend's isolation.
+
+    Use as a context manager, or call :meth:`close`; an at-exit hook closes leftovers.
+    """
+
+    backend: str = "abstract"
+    #: Where the workspace appears to commands run in the sandbox.
+    workspace_inside: str = "/workspace"
+
+    def __init__(self, template: Path, config: SandboxConfig, scratch: Path) -> None:
+        self.template = template
+        self.config = config
+        self.root = Path(tempfile.mkdtemp(prefix=f"rcb-{self.backend}-", dir=scratch))
+        self.workspace = self.root / "workspace"
+        self.control = self.root / "control"
+        self.closed = False
+        with _live_lock:
+            _live.add(self)
+
+    # lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Lay out a fresh workspace. The shell starts lazily on the first command."""
+        ws.copy_template(self.template, self.workspace)
+        self.control.mkdir(exist_ok=True)
+        self._prepare_tree(self.root)
+
+    def reset(self) -> None:
+        """Back to the pristine masked workspace; the shell and every process in it end."""
+        self._stop_session()
+        self.start()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._stop_session()
+        self._release()
+        shutil.rmtree(self.root, ignore_errors=True)
+        with _live_lock:
+            _live.discard(self)
+
+    def __enter__(self) -> Sandbox:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # commands --------------------------------------------------------------------------------
+    @abstractmethod
+    def exec(self, command: str, *, timeout_s: float | None = None) -> ExecResult:
+        """Run a shell command in the persistent session (cwd and variables persist).
+
+        Raises:
+            SandboxError: the sandbox could not run it (an infrastructure failure).
+        """
+
+    @abstractmethod
+    def executor(self) -> Executor:
+        """An executor with this backend's isolation, for grading runs in fresh folders."""
+
+    @abstractmethod
+    def _stop_session(self) -> None: ...
+
+    def _release(self) -> None:
+        """Free backend resources beyond the session (cgroups, containers)."""
+
+    def _prepare_tree(self, path: Path) -> None:
+        """Make a host folder usable by the sandboxed user (e.g. chown)."""
+
+    # files -----------------------------------------------------------------------------------
+    def read_file(self, path: str) -> str:
+        return ws.read_text(self.workspace, path)
+
+    def write_file(self, path: str, content: str) -> None:
+        target = ws.write_text(self.workspace, path, content)
+        self._prepare_tree(target)
+
+    def list_files(self, path: str = ".") -> list[str]:
+        return ws.list_tree(self.workspace, path)
+
+    def search(self, pattern: str, path: str = ".", glob: str | None = None) -> list[tuple[str, int, str]]:
+        return ws.search(self.workspace, pattern, path, glob)
+
+    def changed_files(self) -> list[str]:
+        return ws.changed_files(self.template, self.workspace)
+
+    def diff(self) -> str:
+        """Unified diff of the workspace against the masked original."""
+        return ws.unified_diff(self.template, self.workspace)
+
+
+def chown_tree(path: Path, uid: int, gid: int) -> None:
+    """Give a folder (or file) and everything in it to ``uid:gid``."""
+    if path.is_file():
+        os.chown(path, uid, gid, follow_symlinks=False)
+        return
+    os.chown(path, uid, gid)
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)

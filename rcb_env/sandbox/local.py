@@ -2,58 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 import tempfile
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO
 
 from rcb_env.errors import SandboxError
-from rcb_env.sandbox.base import ExecResult
-
-_CHUNK = 1 << 20
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-def _read_capped(f: IO[bytes], limit: int, needles: tuple[str, ...]) -> tuple[str, set[str]]:
-    """Head and tail of a captured stream, and which needles occur anywhere in it."""
-    f.seek(0, os.SEEK_END)
-    size = f.tell()
-    f.seek(0)
-    found: set[str] = set()
-    raw_needles = [(n, n.encode()) for n in needles]
-    overlap = max((len(b) for _, b in raw_needles), default=1) - 1
-    prev = b""
-    while raw_needles:
-        chunk = f.read(_CHUNK)
-        if not chunk:
-            break
-        window = prev + chunk
-        for n, b in raw_needles:
-            if b in window:
-                found.add(n)
-        prev = window[-overlap:] if overlap else b""
-    f.seek(0)
-    if size <= limit:
-        return f.read().decode("utf-8", "replace"), found
-    half = limit // 2
-    head = f.read(half)
-    f.seek(size - half)
-    tail = f.read(half)
-    text = (
-        head.decode("utf-8", "replace")
-        + f"\n[... {size - 2 * half} bytes truncated ...]\n"
-        + tail.decode("utf-8", "replace")
-    )
-    return text, found
+from rcb_env.sandbox._io import kill_group, read_capped
+from rcb_env.sandbox.base import ExecResult, Executor, Sandbox, SandboxConfig
+from rcb_env.sandbox.session import ShellSession
 
 
 class LocalExecutor:
@@ -71,6 +30,7 @@ class LocalExecutor:
         env: Mapping[str, str],
         timeout_s: float,
         needles: tuple[str, ...] = (),
+        writable: Path | None = None,  # noqa: ARG002 - no isolation: everything is writable
     ) -> ExecResult:
         with (
             tempfile.TemporaryFile(dir=self.scratch) as out,
@@ -94,14 +54,14 @@ class LocalExecutor:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                _kill_group(proc.pid)
+                kill_group(proc.pid)
                 proc.wait()
             finally:
                 # Whatever the program left running in its group dies with it.
-                _kill_group(proc.pid)
+                kill_group(proc.pid)
             duration = time.monotonic() - start
-            stdout, found_out = _read_capped(out, self.output_limit, needles)
-            stderr, found_err = _read_capped(err, self.output_limit, needles)
+            stdout, found_out = read_capped(out, self.output_limit, needles)
+            stderr, found_err = read_capped(err, self.output_limit, needles)
         code = proc.returncode
         return ExecResult(
             exit_code=code if code >= 0 else None,
@@ -112,3 +72,44 @@ class LocalExecutor:
             duration_s=duration,
             found=tuple(n for n in needles if n in found_out | found_err),
         )
+
+
+_warned = False
+
+
+class LocalSandbox(Sandbox):
+    """No isolation at all: a plain shell on a tmpfs copy. Only when asked for explicitly."""
+
+    backend = "local"
+
+    def __init__(self, template: Path, config: SandboxConfig, scratch: Path) -> None:
+        global _warned
+        if not _warned:
+            _warned = True
+            warnings.warn(
+                "rcb-env: the 'local' sandbox has NO isolation: commands run as you, can read any "
+                "file (including hidden tests and references) and reach the network. Use it only "
+                "where bubblewrap is unavailable, and never to score untrusted agents.",
+                stacklevel=2,
+            )
+        super().__init__(template, config, scratch)
+        self.workspace_inside = str(self.workspace)
+        self._session: ShellSession | None = None
+
+    def exec(self, command: str, *, timeout_s: float | None = None) -> ExecResult:
+        if self._session is None:
+            self._session = ShellSession(
+                lambda: ["env", "-C", str(self.workspace)],
+                control_host=self.control,
+                control_inside=str(self.control),
+                output_limit=self.config.output_limit,
+            )
+        return self._session.run(command, timeout_s=timeout_s or self.config.command_timeout_s)
+
+    def executor(self) -> Executor:
+        return LocalExecutor(output_limit=self.config.output_limit, scratch=self.root.parent)
+
+    def _stop_session(self) -> None:
+        if self._session is not None:
+            self._session.kill()
+            self._session = None

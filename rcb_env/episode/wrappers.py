@@ -1,0 +1,75 @@
+"""Budgets as wrappers: every agent faces the same limits. Reaching one grades what the workspace
+holds and ends the episode with ``truncated=True``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gymnasium as gym
+
+from rcb_env.episode.env import RcbEnv
+
+
+class Budgets(gym.Wrapper[str, Any, str, Any]):
+    """Step, wall-time and token limits (``None``: unlimited). The step that reaches a limit is
+    executed, then the episode is graded and truncated: ``max_steps=N`` means exactly N steps."""
+
+    def __init__(
+        self,
+        env: gym.Env[str, Any],
+        *,
+        max_steps: int | None = None,
+        max_wall_s: float | None = None,
+        max_tokens: int | None = None,
+    ) -> None:
+        super().__init__(env)
+        self.max_steps = max_steps
+        self.max_wall_s = max_wall_s
+        self.max_tokens = max_tokens
+        self.steps = 0
+        self.tokens = 0
+        self.started = time.monotonic()
+
+    def charge_tokens(self, n: int) -> None:
+        """Count model tokens spent on this episode (called by the agent loop)."""
+        self.tokens += n
+
+    def remaining(self) -> dict[str, float | None]:
+        elapsed = time.monotonic() - self.started
+        return {
+            "steps": None if self.max_steps is None else self.max_steps - self.steps,
+            "wall_s": None if self.max_wall_s is None else round(self.max_wall_s - elapsed, 3),
+            "tokens": None if self.max_tokens is None else self.max_tokens - self.tokens,
+        }
+
+    def exhausted(self) -> str | None:
+        left = self.remaining()
+        for name in ("steps", "wall_s", "tokens"):
+            value = left[name]
+            if value is not None and value <= 0:
+                return name
+        return None
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        self.steps = 0
+        self.tokens = 0
+        self.started = time.monotonic()
+        obs, info = self.env.reset(seed=seed, options=options)
+        info["budgets"] = self.remaining()
+        return obs, info
+
+    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        self.steps += 1
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if not (terminated or truncated):
+            limit = self.exhausted()
+            if limit is not None:
+                inner = self.env.unwrapped
+                assert isinstance(inner, RcbEnv)
+                final_obs, reward, terminated, truncated, info = inner.finish(reason=f"budget_{limit}")
+                obs = f"{obs}\n[budget exhausted: {limit}] {final_obs}"
+        info["budgets"] = self.remaining()
+        return obs, float(reward), terminated, truncated, info

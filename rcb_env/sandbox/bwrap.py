@@ -1,0 +1,310 @@
+"""bubblewrap: a persistent, network-less, unprivileged shell per episode.
+
+Inside, the sandbox sees read-only system folders (``/usr``, ``/etc``), the task interpreter and
+its venv at their own paths (the interpreter finds its shared library through an absolute
+RUNPATH), a private ``/tmp``, its own ``/proc``, only ``lo``, and ``/workspace``, the only
+writable folder. Processes run as the unprivileged ``rcb-sandbox`` user when rcb-env runs as root.
+Limits: cgroup v1 memory and pids per sandbox where the machine has them, rlimits always.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pwd
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from rcb_env import config as settings
+from rcb_env.errors import SandboxError
+from rcb_env.sandbox.base import Executor, ExecResult, Limits, Sandbox, SandboxConfig, chown_tree
+from rcb_env.sandbox.local import LocalExecutor
+from rcb_env.sandbox.session import ShellSession
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUP_PARENT = "rcb-env"
+_SYSTEM_RO = ("/usr", "/etc", "/lib", "/lib64", "/bin", "/sbin")
+
+
+@functools.cache
+def probe() -> str | None:
+    """None if bwrap really runs a sandbox here, else why not (never decided by ``which``)."""
+    exe = shutil.which("bwrap")
+    if exe is None:
+        return "bwrap is not installed (apt-get install bubblewrap)"
+    try:
+        run = subprocess.run(
+            [exe, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true"],
+            capture_output=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap failed to run: {exc}"
+    if run.returncode != 0:
+        return f"bwrap cannot create namespaces here: {run.stderr.decode(errors='replace')[:300]}"
+    return None
+
+
+@functools.cache
+def _python_prefixes(python: str) -> tuple[str, ...]:
+    """Folders the interpreter needs (venv and base installation), bound read-only in place."""
+    run = subprocess.run(
+        [python, "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if run.returncode != 0:
+        raise SandboxError(f"task interpreter {python} does not run: {run.stderr.strip()[:300]}")
+    prefixes = {str(Path(p).resolve()) for p in run.stdout.split()}
+    prefixes.add(str(Path(python).parent.parent))
+    # /usr is bound anyway; binding a folder inside it again would be redundant.
+    return tuple(sorted(p for p in prefixes if p != "/usr" and not p.startswith("/usr/")))
+
+
+def _identity(user: str | None) -> tuple[int, int] | None:
+    """uid/gid to drop to, when we are root and the sandbox user exists."""
+    if user is None or os.geteuid() != 0:
+        return None
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return None
+    return entry.pw_uid, entry.pw_gid
+
+
+class Cgroup:
+    """A cgroup v1 memory + pids group for one sandbox (absent controllers are skipped)."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.name = f"{CGROUP_PARENT}/{uuid.uuid4().hex[:12]}"
+        self.dirs: list[Path] = []
+        for controller, settings_ in (
+            ("memory", {"memory.limit_in_bytes": limits.memory_mb * 1024 * 1024}),
+            ("pids", {"pids.max": limits.pids}),
+        ):
+            base = CGROUP_ROOT / controller
+            if not (base / "cgroup.procs").exists() or not os.access(base, os.W_OK):
+                continue
+            d = base / self.name
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+                for key, value in settings_.items():
+                    (d / key).write_text(str(value))
+                if controller == "memory" and (d / "memory.memsw.limit_in_bytes").exists():
+                    (d / "memory.memsw.limit_in_bytes").write_text(
+                        str(limits.memory_mb * 1024 * 1024)
+                    )
+            except OSError:
+                continue
+            self.dirs.append(d)
+
+    def enter_command(self) -> list[str]:
+        """A prefix that moves the launching shell into the group before it execs the rest, so
+        no process of the sandbox ever runs outside it."""
+        if not self.dirs:
+            return []
+        moves = "; ".join(f"echo $$ > {d}/cgroup.procs" for d in self.dirs)
+        return ["sh", "-c", f'{moves}; exec "$@"', "rcb-cgroup"]
+
+    def oom_events(self) -> int:
+        for d in self.dirs:
+            ctl = d / "memory.oom_control"
+            if ctl.exists():
+                for line in ctl.read_text().splitlines():
+                    if line.startswith("oom_kill "):
+                        return int(line.split()[1])
+        return 0
+
+    def kill_all(self) -> None:
+        for d in self.dirs:
+            procs = d / "cgroup.procs"
+            if procs.exists():
+                for pid in procs.read_text().split():
+                    try:
+                        os.kill(int(pid), 9)
+                    except (ProcessLookupError, PermissionError, ValueError):
+                        pass
+
+    def remove(self) -> None:
+        self.kill_all()
+        for d in self.dirs:
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+
+
+def bwrap_command(
+    *,
+    binds: Sequence[tuple[str, str]],
+    ro_binds: Sequence[str],
+    cwd: str,
+    env: Mapping[str, str],
+    limits: Limits,
+    identity: tuple[int, int] | None,
+) -> list[str]:
+    """The full launcher: [drop privileges] [rlimits] bwrap <profile> -- (command follows)."""
+    mb = 1024 * 1024
+    argv: list[str] = []
+    if identity is not None:
+        uid, gid = identity
+        argv += ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
+    argv += [
+        "prlimit",
+        f"--as={limits.memory_mb * mb}",
+        f"--fsize={limits.file_size_mb * mb}",
+        f"--nofile={limits.nofile}",
+        f"--cpu={limits.cpu_s}",
+        "--core=0",
+    ]
+    if identity is not None:
+        # Per-user, so it only bites an unprivileged user (root ignores it).
+        argv.append(f"--nproc={limits.pids * 4}")
+    argv += ["--", "bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
+    for d in _SYSTEM_RO:
+        p = Path(d)
+        if p.is_symlink():
+            argv += ["--symlink", os.readlink(p), d]
+        elif p.is_dir():
+            argv += ["--ro-bind", d, d]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for d in ro_binds:
+        argv += ["--ro-bind", d, d]
+    for src, dst in binds:
+        argv += ["--bind", src, dst]
+    argv += ["--chdir", cwd, "--clearenv"]
+    for k, v in env.items():
+        argv += ["--setenv", k, v]
+    return argv
+
+
+class BwrapExecutor:
+    """One-shot commands under the same profile (used for grading runs)."""
+
+    def __init__(self, config: SandboxConfig, scratch: Path) -> None:
+        self.config = config
+        self.python = str(config.python or settings.task_python())
+        self._local = LocalExecutor(output_limit=config.output_limit, scratch=scratch)
+        self._identity = _identity(config.user)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        timeout_s: float,
+        needles: tuple[str, ...] = (),
+        writable: Path | None = None,
+    ) -> ExecResult:
+        area = writable or cwd
+        if self._identity is not None:
+            chown_tree(area, *self._identity)
+        group = Cgroup(self.config.limits)
+        try:
+            launcher = bwrap_command(
+                binds=[(str(area), str(area))],
+                ro_binds=_python_prefixes(self.python),
+                cwd=str(cwd),
+                env=env,
+                limits=self.config.limits,
+                identity=self._identity,
+            )
+            result = self._local.run(
+                [*group.enter_command(), *launcher, *argv],
+                cwd=cwd,
+                env={"PATH": os.environ.get("PATH", os.defpath)},
+                timeout_s=timeout_s,
+                needles=needles,
+            )
+            if group.oom_events():
+                result = result.model_copy(update={"oom_killed": True})
+            return result
+        finally:
+            group.remove()
+
+
+class BwrapSandbox(Sandbox):
+    backend = "bwrap"
+    workspace_inside = "/workspace"
+    _control_inside = "/.rcb"
+
+    def __init__(self, template: Path, config: SandboxConfig, scratch: Path) -> None:
+        reason = probe()
+        if reason is not None:
+            raise SandboxError(reason)
+        super().__init__(template, config, scratch)
+        self.python = str(config.python or settings.task_python())
+        self._identity = _identity(config.user)
+        self._session: ShellSession | None = None
+        self._group: Cgroup | None = None
+        self._scratch = scratch
+
+    def _prepare_tree(self, path: Path) -> None:
+        if self._identity is not None:
+            chown_tree(path, *self._identity)
+
+    def _launcher(self) -> list[str]:
+        if self._group is not None:  # a restarted session gets a fresh, empty group
+            self._group.remove()
+        self._group = Cgroup(self.config.limits)
+        venv_bin = str(Path(self.python).parent)
+        env = {
+            "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": "/tmp",
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "TERM": "dumb",
+        }
+        return [
+            *self._group.enter_command(),
+            *bwrap_command(
+                binds=[
+                    (str(self.workspace), self.workspace_inside),
+                    (str(self.control), self._control_inside),
+                ],
+                ro_binds=_python_prefixes(self.python),
+                cwd=self.workspace_inside,
+                env=env,
+                limits=self.config.limits,
+                identity=self._identity,
+            ),
+        ]
+
+    def exec(self, command: str, *, timeout_s: float | None = None) -> ExecResult:
+        if self.closed:
+            raise SandboxError("sandbox is closed")
+        if self._session is None:
+            self._session = ShellSession(
+                self._launcher,
+                control_host=self.control,
+                control_inside=self._control_inside,
+                output_limit=self.config.output_limit,
+            )
+        before = self._group.oom_events() if self._group is not None else 0
+        result = self._session.run(command, timeout_s=timeout_s or self.config.command_timeout_s)
+        if self._group is not None and self._group.oom_events() > before:
+            result = result.model_copy(update={"oom_killed": True})
+        return result
+
+    def executor(self) -> Executor:
+        return BwrapExecutor(self.config, self._scratch)
+
+    def _stop_session(self) -> None:
+        if self._session is not None:
+            self._session.kill()
+            self._session = None
+        if self._group is not None:
+            self._group.remove()
+            self._group = None

@@ -1,0 +1,162 @@
+"""A persistent shell inside (or outside) a sandbox, driven over pipes.
+
+Each command is written to a control folder and sourced by the long-lived shell with its output
+redirected to files there; the shell then prints an end marker on its own stdout, which carries
+nothing else. Shell state (cwd, variables) persists between commands. A command that overruns its
+timeout, or that ends the shell, costs the session: it is killed as a whole and started afresh.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rcb_env.errors import SandboxError
+from rcb_env.sandbox._io import read_capped
+from rcb_env.sandbox.base import ExecResult
+
+
+class ShellSession:
+    """``bash`` started by ``launcher`` (e.g. a bwrap command line, or nothing)."""
+
+    def __init__(
+        self,
+        launcher: Callable[[], Sequence[str]],
+        *,
+        control_host: Path,
+        control_inside: str,
+        output_limit: int = 20_000,
+        on_start: Callable[[int], None] | None = None,
+    ) -> None:
+        self._launcher = launcher
+        self._control_host = control_host
+        self._control_inside = control_inside
+        self._output_limit = output_limit
+        self._on_start = on_start
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._buffer = b""
+        self._n = 0
+        self._token = secrets.token_hex(8)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self) -> None:
+        self._control_host.mkdir(parents=True, exist_ok=True)
+        argv = [*self._launcher(), "bash", "--noprofile", "--norc"]
+        try:
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise SandboxError(f"cannot start the sandbox shell ({argv[0]}): {exc}") from exc
+        if self._on_start is not None:
+            self._on_start(self._proc.pid)
+        self._buffer = b""
+        probe = self.run("true", timeout_s=30)
+        if probe.exit_code != 0:
+            self.kill()
+            raise SandboxError(f"sandbox shell did not come up: {probe.stderr.strip()[:300]}")
+
+    def kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                stream.close()
+        proc.wait()
+
+    def run(self, command: str, *, timeout_s: float) -> ExecResult:
+        if self._proc is None:
+            self.start()
+        proc = self._proc
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        self._n += 1
+        n = self._n
+        host = self._control_host
+        inside = self._control_inside
+        (host / f"cmd_{n}.sh").write_text(command + "\n")
+        for name in (f"out_{n}", f"err_{n}"):
+            (host / name).unlink(missing_ok=True)
+        marker = f"__RCB_DONE_{self._token}_{n}"
+        line = (
+            f". {inside}/cmd_{n}.sh > {inside}/out_{n} 2> {inside}/err_{n} < /dev/null; "
+            f"echo; echo {marker} $?\n"
+        )
+        start = time.monotonic()
+        try:
+            proc.stdin.write(line.encode())
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self.kill()
+            return self._result(n, None, start, note="the shell had exited; session restarted")
+        deadline = start + timeout_s
+        fd = proc.stdout.fileno()
+        needle = marker.encode() + b" "
+        while True:
+            idx = self._buffer.find(needle)
+            if idx >= 0:
+                rest = self._buffer[idx + len(needle) :]
+                nl = rest.find(b"\n")
+                if nl >= 0:
+                    code = int(rest[:nl].strip() or b"1")
+                    self._buffer = rest[nl + 1 :]
+                    return self._result(n, code, start)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.kill()
+                return self._result(n, None, start, timed_out=True)
+            ready, _, _ = select.select([fd], [], [], min(remaining, 0.5))
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:  # the shell ended (e.g. the command ran `exit`)
+                    self.kill()
+                    return self._result(n, None, start, note="the command ended the shell")
+                self._buffer += chunk
+
+    def _result(
+        self,
+        n: int,
+        code: int | None,
+        start: float,
+        *,
+        timed_out: bool = False,
+        note: str = "",
+    ) -> ExecResult:
+        out = err = ""
+        for name in ("out", "err"):
+            path = self._control_host / f"{name}_{n}"
+            if path.is_file():
+                with path.open("rb") as f:
+                    text, _ = read_capped(f, self._output_limit, ())
+                if name == "out":
+                    out = text
+                else:
+                    err = text
+            path.unlink(missing_ok=True)
+        (self._control_host / f"cmd_{n}.sh").unlink(missing_ok=True)
+        if note:
+            err = f"{err}\n[rcb-env: {note}]".lstrip("\n")
+        return ExecResult(
+            exit_code=code,
+            timed_out=timed_out,
+            stdout=out,
+            stderr=err,
+            duration_s=time.monotonic() - start,
+        )
