@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import get_args
+from typing import Literal, get_args
 
 import click
 from rich.console import Console
@@ -16,11 +16,16 @@ from rich.table import Table
 from rich.tree import Tree
 
 from rcb_env import logs
+from rcb_env.episode.env import EnvConfig
 from rcb_env.errors import RcbError
 from rcb_env.grading.grader import Grader, GradingConfig
+from rcb_env.results import Rates, Summary, read_records, summarize
+from rcb_env.runner import BudgetConfig, EvalConfig, new_run_dir, run_eval
+from rcb_env.sandbox import BackendName, SandboxConfig
 from rcb_env.task import loader
 from rcb_env.task.models import DateField, Paper, Pset
 from rcb_env.task.selection import select_papers
+from rcb_env.tools.toolbox import Feedback
 from rcb_env.validation.validate import Status, ValidationReport, planned_runs, validate
 
 # Piped output (CI logs, files) gets wide tables instead of Rich's 80-column default.
@@ -275,6 +280,133 @@ def _validation_table(report: ValidationReport) -> None:
                 )
     for f in report.load_failures:
         out.print(f"[red]load error[/red] {f.paper}: {f.message}", highlight=False, soft_wrap=True)
+
+
+@cli.command(name="eval")
+@click.option("--agent", required=True, help="oracle, null, or package.module:Class.")
+@pset_option
+@paper_option
+@click.option("--jobs", default=1, show_default=True, help="Episodes in parallel.")
+@click.option("--samples", default=1, show_default=True, help="Episodes per snippet.")
+@click.option(
+    "--sandbox",
+    type=click.Choice(["auto", "bwrap", "local"]),
+    default="auto",
+    show_default=True,
+    help="auto = bwrap when it really runs here; local has NO isolation.",
+)
+@click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"))
+@click.option(
+    "--resume",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Continue this run: only missing and infrastructure-failed episodes run.",
+)
+@click.option("--max-steps", type=int, default=50, show_default=True)
+@click.option("--max-wall", type=float, default=1800.0, show_default=True, help="Seconds.")
+@click.option(
+    "--test-feedback",
+    type=click.Choice(["full", "summary", "none"]),
+    default="summary",
+    show_default=True,
+)
+@click.option(
+    "--paper-in-prompt", type=click.Choice(["full", "outline"]), default="full", show_default=True
+)
+@click.option("--timeout", type=float, help="Seconds per grading run (default 300).")
+def eval_cmd(
+    agent: str,
+    pset: Path | None,
+    papers: tuple[str, ...],
+    jobs: int,
+    samples: int,
+    sandbox: BackendName,
+    runs_dir: Path,
+    resume: Path | None,
+    max_steps: int,
+    max_wall: float,
+    test_feedback: Feedback,
+    paper_in_prompt: Literal["full", "outline"],
+    timeout: float | None,
+) -> None:
+    """Run an agent on every snippet; records go to runs/<id>/episodes.jsonl."""
+    loaded = _load(pset, papers)
+    _print_failures(loaded)
+    cfg = EvalConfig(
+        agent=agent,
+        samples=samples,
+        env=EnvConfig(test_feedback=test_feedback, paper_in_prompt=paper_in_prompt),
+        sandbox=SandboxConfig(backend=sandbox),
+        grading=GradingConfig() if timeout is None else GradingConfig(timeout_s=timeout),
+        budgets=BudgetConfig(max_steps=max_steps, max_wall_s=max_wall),
+    )
+    run_dir = resume if resume is not None else new_run_dir(runs_dir)
+    with Progress(
+        TextColumn("episodes"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=err,
+        transient=True,
+    ) as progress:
+        bar = progress.add_task("", total=None)
+        summary = run_eval(
+            loaded,
+            cfg,
+            run_dir,
+            jobs=jobs,
+            resume=resume is not None,
+            on_plan=lambda n: progress.update(bar, total=n),
+            on_episode=lambda r: progress.update(
+                bar, advance=1, description=f"{r.snippet_id}: {'pass' if r.passed else r.status}"
+            ),
+        )
+    _summary_table(summary, _shown(run_dir))
+    out.print(f"records: {_shown(run_dir / 'episodes.jsonl')}")
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True)
+def summary(run_dir: Path, as_json: bool) -> None:
+    """Scaled and plain pass rates of a run, overall and per paper."""
+    s = summarize(read_records(run_dir / "episodes.jsonl"))
+    if as_json:
+        out.print_json(s.model_dump_json())
+    else:
+        _summary_table(s, _shown(run_dir))
+
+
+def _summary_table(s: Summary, title: str) -> None:
+    table = Table(title=f"Run {title}: {s.episodes} episodes, {s.samples} sample(s)")
+    table.add_column("paper", no_wrap=True)
+    for col in ("snippets", "passed", "weight", "scaled %", "plain %"):
+        table.add_column(col, justify="right")
+
+    def row(name: str, r: Rates) -> None:
+        std = s.samples > 1
+        table.add_row(
+            name,
+            str(r.snippets),
+            f"{r.passed:g}",
+            f"{r.passed_weight:g}/{r.weight}",
+            f"{r.scaled:.2f}" + (f" ± {r.scaled_std:.2f}" if std else ""),
+            f"{r.plain:.2f}" + (f" ± {r.plain_std:.2f}" if std else ""),
+        )
+
+    for pid, rates in s.per_paper.items():
+        row(pid, rates)
+    if s.overall is not None:
+        table.add_section()
+        row("overall", s.overall)
+    out.print(table)
+    out.print(
+        f"infrastructure errors (excluded from the rates): {s.infra_errors}"
+        + (f" {s.infra_by_cause}" if s.infra_errors else "")
+        + f"; truncated by a budget: {s.truncated}",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def main() -> None:

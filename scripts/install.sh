@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install rcb-env and everything it needs. Idempotent; quick when nothing changed.
 #
-#   system packages (Debian/Ubuntu, as root): bubblewrap, python3-venv
+#   system packages (Debian/Ubuntu, as root): bubblewrap, python3-venv; the user rcb-sandbox
 #   .venv/                      rcb-env itself (editable) with its dev tools
 #   $RCB_ENV_HOME/task-venv/    the interpreter that runs task tests (numpy, torch==2.13.0),
 #                               outside any home folder so a sandbox user can read it
@@ -17,6 +17,8 @@ TASK_PYTHON_BASE=${TASK_PYTHON_BASE:-/usr/bin/python3}
 [ -x "$TASK_PYTHON_BASE" ] || TASK_PYTHON_BASE=$(command -v "$PYTHON")
 
 say() { printf '[install] %s\n' "$*"; }
+# pip, minus the noise some machines' pip configuration adds (index folders that do not exist).
+pip_in() { local py=$1; shift; "$py" -m pip "$@" 2> >(grep -v 'is ignored: it is neither' >&2); }
 
 # 1. System packages.
 missing=()
@@ -32,14 +34,20 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
+# The unprivileged user sandboxed processes run as (bwrap drops to it when rcb-env runs as root).
+if [ "$(id -u)" = 0 ] && ! id rcb-sandbox >/dev/null 2>&1; then
+  say "creating the sandbox user rcb-sandbox"
+  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin rcb-sandbox
+fi
+
 # 2. rcb-env in .venv (re-installed only when pyproject.toml changes).
 stamp_of() { cat "$@" 2>/dev/null | sha256sum | cut -c1-16; }
 [ -x .venv/bin/python ] || { say "creating .venv"; "$PYTHON" -m venv .venv; }
 want=$(stamp_of pyproject.toml)
 if [ "$(cat .venv/.rcb-stamp 2>/dev/null)" != "$want" ]; then
   say "installing rcb-env into .venv"
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  pip_in .venv/bin/python install -q --upgrade pip
+  pip_in .venv/bin/python install -q -e '.[dev]'
   echo "$want" > .venv/.rcb-stamp
 fi
 
@@ -49,7 +57,7 @@ tv="$RCB_ENV_HOME/task-venv"
 want=$(stamp_of tasks/requirements.txt)
 if [ "$(cat "$tv/.rcb-stamp" 2>/dev/null)" != "$want" ]; then
   say "installing the bundled tasks' requirements into $tv"
-  "$tv/bin/python" -m pip install -q -r tasks/requirements.txt
+  pip_in "$tv/bin/python" install -q -r tasks/requirements.txt
   echo "$want" > "$tv/.rcb-stamp"
 fi
 chmod -R a+rX "$RCB_ENV_HOME"

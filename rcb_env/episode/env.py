@@ -15,6 +15,7 @@ from typing import Any, Literal
 import gymnasium as gym
 from pydantic import BaseModel, ConfigDict
 
+from rcb_env.episode.spaces import ActionSpace, TextSpace
 from rcb_env.errors import GradingError, SandboxError
 from rcb_env.grading.grader import Grader, GradingConfig
 from rcb_env.grading.models import FailureKind, GradeResult, Outcome
@@ -23,9 +24,8 @@ from rcb_env.sandbox import Sandbox, SandboxConfig, SandboxFactory
 from rcb_env.sandbox.workspace import WorkspacePathError, extract_body
 from rcb_env.task.models import Paper, Snippet
 from rcb_env.tools import paper as paper_tools
-from rcb_env.tools.actions import Action, ActionError, Submit, parse_action, tool_specs
+from rcb_env.tools.actions import ActionError, Submit, parse_action, tool_specs
 from rcb_env.tools.toolbox import Feedback, ToolBox, truncate
-from rcb_env.episode.spaces import ActionSpace, TextSpace
 
 
 class EnvConfig(BaseModel):
@@ -71,7 +71,9 @@ class RcbEnv(gym.Env[str, Any]):
         self._own_factory = factory is None
         self.factory = factory or SandboxFactory(sandbox_config)
         self.grader = Grader(grading_config, executor=self.factory.grading_executor())
-        self.paper_text = (paper.root / paper.paper_file).read_text(encoding="utf-8", errors="replace")
+        self.paper_text = (paper.root / paper.paper_file).read_text(
+            encoding="utf-8", errors="replace"
+        )
         self.observation_space = TextSpace()
         visible = tuple(sorted({snippet.file, *paper.context_files}))
         self.action_space = ActionSpace(visible)
@@ -163,10 +165,20 @@ class RcbEnv(gym.Env[str, Any]):
         except (SandboxError, GradingError, OSError) as exc:
             extra["infra_error"] = _infra("grading", exc)
             self.final = extra
-            return f"grading failed (infrastructure): {exc}", 0.0, not truncated, truncated, self._info(**extra)
+            return (
+                f"grading failed (infrastructure): {exc}",
+                0.0,
+                not truncated,
+                truncated,
+                self._info(**extra),
+            )
         extra["grade"] = grade.model_dump(mode="json")
         if grade.outcome is Outcome.INFRA_ERROR:
-            extra["infra_error"] = {"stage": "tests", "type": grade.kind.value, "message": grade.detail}
+            extra["infra_error"] = {
+                "stage": "tests",
+                "type": grade.kind.value,
+                "message": grade.detail,
+            }
         reward = self.reward_for(grade)
         extra["passed"] = grade.passed
         self.final = extra
@@ -208,6 +220,8 @@ class RcbEnv(gym.Env[str, Any]):
         info: dict[str, Any] = {
             "snippet_id": self.snippet.id,
             "paper_id": self.paper.id,
+            "file": self.snippet.file,
+            "todo_block": self.snippet.todo_body(),
             "episode_id": self.episode_id,
             "weight": self.snippet.weight,
             "step": self.steps,
@@ -221,7 +235,7 @@ class RcbEnv(gym.Env[str, Any]):
 
     def _task_statement(self) -> str:
         s = self.snippet
-        todo = f'{s.indent}# TODO: Implement block "{s.name}"\n{s.indent}# Approximately {s.weight} line(s) of code.'
+        todo = s.todo_body().rstrip("\n")
         title = self.paper.meta.title or self.paper.id
         assert self.sandbox is not None
         files = "\n".join(self.sandbox.list_files())
@@ -232,7 +246,9 @@ class RcbEnv(gym.Env[str, Any]):
             paper = f"(outline only; use read_paper to read a section)\n{outline}"
         context = ""
         if self.paper.context_files:
-            context = "Files worth reading for context: " + ", ".join(self.paper.context_files) + "\n"
+            context = (
+                "Files worth reading for context: " + ", ".join(self.paper.context_files) + "\n"
+            )
         return (
             f'Task: implement one missing block of the code that accompanies the paper "{title}".\n'
             f"\nIn {s.file}, these two comment lines stand where the code was removed:\n\n"
@@ -254,5 +270,3 @@ def make_env(
 ) -> RcbEnv:
     """Build an environment for any loaded snippet (bundled or from a pset)."""
     return RcbEnv(paper, snippet, config, **kwargs)
-
-

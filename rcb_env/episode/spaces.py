@@ -31,6 +31,9 @@ class TextSpace(spaces.Space[str]):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, TextSpace) and other.max_length == self.max_length
 
+    def __hash__(self) -> int:
+        return hash(("TextSpace", self.max_length))
+
     def __repr__(self) -> str:
         return f"TextSpace(max_length={self.max_length})"
 
@@ -66,4 +69,5 @@ class ActionSpace(spaces.Space[Any]):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ActionSpace) and other.files == self.files
 
-
+    def __hash__(self) -> int:
+        return hash(("ActionSpace", self.files))

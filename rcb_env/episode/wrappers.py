@@ -69,7 +69,9 @@ class Budgets(gym.Wrapper[str, Any, str, Any]):
             if limit is not None:
                 inner = self.env.unwrapped
                 assert isinstance(inner, RcbEnv)
-                final_obs, reward, terminated, truncated, info = inner.finish(reason=f"budget_{limit}")
+                final_obs, reward, terminated, truncated, info = inner.finish(
+                    reason=f"budget_{limit}"
+                )
                 obs = f"{obs}\n[budget exhausted: {limit}] {final_obs}"
         info["budgets"] = self.remaining()
         return obs, float(reward), terminated, truncated, info

@@ -11,8 +11,8 @@ from rcb_env.errors import ConfigError, SandboxError
 from rcb_env.sandbox import bwrap
 from rcb_env.sandbox.base import (
     BackendName,
-    Executor,
     ExecResult,
+    Executor,
     Limits,
     Sandbox,
     SandboxConfig,
@@ -83,4 +83,3 @@ class SandboxFactory:
 
     def close(self) -> None:
         shutil.rmtree(self._templates, ignore_errors=True)
-

@@ -46,5 +46,3 @@ def read_capped(f: IO[bytes], limit: int, needles: tuple[str, ...]) -> tuple[str
         + tail.decode("utf-8", "replace")
     )
     return text, found
-
-

@@ -155,7 +155,6 @@ class Sandbox(ABC):
             return
         self.closed = True
         self._stop_session()
-        self._release()
         shutil.rmtree(self.root, ignore_errors=True)
         with _live_lock:
             _live.discard(self)
@@ -188,11 +187,8 @@ class Sandbox(ABC):
     @abstractmethod
     def _stop_session(self) -> None: ...
 
-    def _release(self) -> None:
-        """Free backend resources beyond the session (cgroups, containers)."""
-
-    def _prepare_tree(self, path: Path) -> None:
-        """Make a host folder usable by the sandboxed user (e.g. chown)."""
+    def _prepare_tree(self, path: Path) -> None:  # noqa: B027 - an optional hook
+        """Make a host folder usable by the sandboxed user (e.g. chown); by default nothing."""
 
     # files -----------------------------------------------------------------------------------
     def read_file(self, path: str) -> str:
@@ -205,7 +201,9 @@ class Sandbox(ABC):
     def list_files(self, path: str = ".") -> list[str]:
         return ws.list_tree(self.workspace, path)
 
-    def search(self, pattern: str, path: str = ".", glob: str | None = None) -> list[tuple[str, int, str]]:
+    def search(
+        self, pattern: str, path: str = ".", glob: str | None = None
+    ) -> list[tuple[str, int, str]]:
         return ws.search(self.workspace, pattern, path, glob)
 
     def changed_files(self) -> list[str]:

@@ -9,6 +9,7 @@ Limits: cgroup v1 memory and pids per sandbox where the machine has them, rlimit
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import pwd
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from rcb_env import config as settings
 from rcb_env.errors import SandboxError
-from rcb_env.sandbox.base import Executor, ExecResult, Limits, Sandbox, SandboxConfig, chown_tree
+from rcb_env.sandbox.base import ExecResult, Executor, Limits, Sandbox, SandboxConfig, chown_tree
 from rcb_env.sandbox.local import LocalExecutor
 from rcb_env.sandbox.session import ShellSession
 
@@ -127,10 +128,8 @@ class Cgroup:
             procs = d / "cgroup.procs"
             if procs.exists():
                 for pid in procs.read_text().split():
-                    try:
+                    with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
                         os.kill(int(pid), 9)
-                    except (ProcessLookupError, PermissionError, ValueError):
-                        pass
 
     def remove(self) -> None:
         self.kill_all()

@@ -30,7 +30,7 @@ class LocalExecutor:
         env: Mapping[str, str],
         timeout_s: float,
         needles: tuple[str, ...] = (),
-        writable: Path | None = None,  # noqa: ARG002 - no isolation: everything is writable
+        writable: Path | None = None,
     ) -> ExecResult:
         with (
             tempfile.TemporaryFile(dir=self.scratch) as out,

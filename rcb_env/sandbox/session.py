@@ -8,6 +8,7 @@ timeout, or that ends the shell, costs the session: it is killed as a whole and 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import select
@@ -73,10 +74,8 @@ class ShellSession:
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         for stream in (proc.stdin, proc.stdout):
             if stream is not None:
                 stream.close()
@@ -86,7 +85,9 @@ class ShellSession:
         if self._proc is None:
             self.start()
         proc = self._proc
-        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        assert proc is not None
+        assert proc.stdin is not None
+        assert proc.stdout is not None
         self._n += 1
         n = self._n
         host = self._control_host

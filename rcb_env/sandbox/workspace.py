@@ -66,7 +66,9 @@ def copy_template(template: Path, dest: Path) -> None:
     """Fresh writable copy of a template (the marker file stays behind)."""
     if dest.exists():
         shutil.rmtree(dest)
-    shutil.copytree(template, dest, ignore=lambda _d, names: {".rcb-template-complete"} & set(names))
+    shutil.copytree(
+        template, dest, ignore=lambda _d, names: {".rcb-template-complete"} & set(names)
+    )
 
 
 def resolve(root: Path, path: str, *, must_exist: bool = True) -> Path:
@@ -151,9 +153,11 @@ def search(
     except re.error as exc:
         raise WorkspacePathError(f"invalid regular expression: {exc}") from None
     base = resolve(root, path)
-    files = [base] if base.is_file() else [
-        base / f for f in walk_files(base) if glob is None or PurePosixPath(f).match(glob)
-    ]
+    files = (
+        [base]
+        if base.is_file()
+        else [base / f for f in walk_files(base) if glob is None or PurePosixPath(f).match(glob)]
+    )
     out: list[tuple[str, int, str]] = []
     for f in files:
         try:
@@ -215,8 +219,12 @@ def extract_body(masked_text: str, snippet: Snippet, edited_text: str) -> tuple[
     edited = ann.split_lines(edited_text)
     todo = ann.todo_lines(snippet.name, snippet.weight, snippet.indent)
     start = next(
-        (i for i in range(len(masked) - 1) if masked[i].rstrip("\r\n") == todo[0].rstrip("\n")
-         and masked[i + 1].rstrip("\r\n") == todo[1].rstrip("\n")),
+        (
+            i
+            for i in range(len(masked) - 1)
+            if masked[i].rstrip("\r\n") == todo[0].rstrip("\n")
+            and masked[i + 1].rstrip("\r\n") == todo[1].rstrip("\n")
+        ),
         None,
     )
     if start is None:

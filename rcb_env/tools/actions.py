@@ -112,7 +112,15 @@ class Submit(_Action):
 
 
 Action = Annotated[
-    ListFiles | ReadFile | Search | ReplaceInFile | WriteFile | RunCommand | RunTests | ReadPaper | Submit,
+    ListFiles
+    | ReadFile
+    | Search
+    | ReplaceInFile
+    | WriteFile
+    | RunCommand
+    | RunTests
+    | ReadPaper
+    | Submit,
     Field(discriminator="tool"),
 ]
 ACTION_TYPES: tuple[type[_Action], ...] = (
@@ -145,7 +153,9 @@ def parse_action(raw: object) -> Action:
         try:
             raw = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise ActionError(f"action is not valid JSON: {exc.msg} at position {exc.pos}") from None
+            raise ActionError(
+                f"action is not valid JSON: {exc.msg} at position {exc.pos}"
+            ) from None
     if not isinstance(raw, dict):
         raise ActionError(f"action must be an object with a 'tool' field, not {type(raw).__name__}")
     try:
@@ -162,7 +172,8 @@ def parse_action(raw: object) -> Action:
         return _ADAPTER.validate_python(raw)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'][1:]) or 'action'}: {e['msg']}" for e in exc.errors()
+            f"{'.'.join(str(p) for p in e['loc'][1:]) or 'action'}: {e['msg']}"
+            for e in exc.errors()
         )
         raise ActionError(f"invalid arguments for {tool}: {problems}") from None
 
@@ -187,8 +198,8 @@ def _clean(schema: dict[str, Any]) -> dict[str, Any]:
     schema.pop("description", None)  # the tool's own description carries it
     if "properties" in schema:
         props = {}
-        for name, prop in schema["properties"].items():
-            prop = {k: v for k, v in prop.items() if k != "title"}
+        for name, raw in schema["properties"].items():
+            prop = {k: v for k, v in raw.items() if k != "title"}
             if "anyOf" in prop:  # Optional[X] -> X (absence means None)
                 options = [o for o in prop["anyOf"] if o.get("type") != "null"]
                 if len(options) == 1:

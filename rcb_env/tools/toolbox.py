@@ -88,14 +88,18 @@ class ToolBox:
             count = text.count(action.old)
             if count != 1:
                 what = "not found" if count == 0 else f"found {count} times; make it unique"
-                return ToolResult(f"error: the text to replace was {what} in {action.path}", ok=False)
+                return ToolResult(
+                    f"error: the text to replace was {what} in {action.path}", ok=False
+                )
             self.sandbox.write_file(action.path, text.replace(action.old, action.new, 1))
             return ToolResult(f"replaced 1 occurrence in {action.path}")
         if isinstance(action, WriteFile):
             self.sandbox.write_file(action.path, action.content)
             return ToolResult(f"wrote {len(action.content)} characters to {action.path}")
         if isinstance(action, RunCommand):
-            timeout = min(action.timeout_s or self.sandbox.config.command_timeout_s, self.max_command_s)
+            timeout = min(
+                action.timeout_s or self.sandbox.config.command_timeout_s, self.max_command_s
+            )
             r = self.sandbox.exec(action.command, timeout_s=timeout)
             parts = []
             if r.stdout:
@@ -150,7 +154,9 @@ class ToolBox:
         data = {"outcome": result.outcome.value, "kind": result.kind.value}
         if result.outcome is Outcome.INFRA_ERROR:
             return ToolResult(
-                f"the tests could not run (environment problem): {result.detail}", ok=False, data=data
+                f"the tests could not run (environment problem): {result.detail}",
+                ok=False,
+                data=data,
             )
         if self.feedback == "none":
             return ToolResult("the tests ran; this environment gives no test feedback", data=data)

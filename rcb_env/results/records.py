@@ -1,0 +1,149 @@
+"""Episode records: versioned, self-describing, appended as they happen.
+
+One JSON line per finished episode, written with a single ``write`` on an append-only descriptor
+and fsynced, so a killed run leaves whole records and at most one torn last line, which readers
+skip and :func:`RecordLog.open` cuts off before appending.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from rcb_env.grading.models import GradeResult
+
+SCHEMA = "rcb-env/episode/1"
+Status = Literal["completed", "truncated", "infra_error"]
+
+
+class StepRecord(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index: int
+    """1-based step number."""
+    action: Any
+    """The action as the agent gave it (JSON-able)."""
+    observation: str
+    """What the environment answered."""
+    reward: float
+    """Reward of the step (non-zero only at the end)."""
+    duration_s: float
+    """Time spent in the environment on this step."""
+
+
+class InfraError(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stage: str
+    """Where it happened: sandbox, grading, tests, agent."""
+    type: str
+    """Error class or failure kind."""
+    message: str
+    """What went wrong."""
+
+
+class EpisodeRecord(BaseModel):
+    """Everything about one episode."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: str = SCHEMA
+    run_id: str
+    episode_id: str
+    snippet_id: str
+    paper_id: str
+    sample: int
+    """Index of the sample (0..n-1) when a snippet is attempted several times."""
+    weight: int
+    """The snippet's line weight."""
+    task_hash: str
+    """Hash of the snippet spec (file, markers, reference, masked text)."""
+    agent: dict[str, Any]
+    """The agent's name and settings."""
+    config: dict[str, Any]
+    """Environment, sandbox, grading and budget settings."""
+    status: Status
+    """completed (submitted), truncated (a budget ended it) or infra_error (excluded)."""
+    reason: str
+    """submit, budget_steps, budget_wall_s, budget_tokens, infra_error."""
+    reward: float
+    passed: bool | None
+    """None when the episode could not be graded."""
+    initial_observation: str
+    steps: list[StepRecord]
+    patch: str = ""
+    """Unified diff of the workspace against the masked original."""
+    body: str | None = None
+    """The snippet body that was graded."""
+    outside_edits: bool = False
+    """The agent changed files or lines outside the masked block (ignored for grading)."""
+    grade: GradeResult | None = None
+    infra_error: InfraError | None = None
+    started_at: float
+    """Unix time."""
+    duration_s: float
+
+
+def read_records(path: Path) -> list[EpisodeRecord]:
+    """Every whole, valid record of a JSONL file (a torn or foreign line is skipped)."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_bytes().splitlines():
+        if not line.strip():
+            continue
+        try:
+            out.append(EpisodeRecord.model_validate(json.loads(line)))
+        except (json.JSONDecodeError, ValidationError, UnicodeDecodeError):
+            continue
+    return out
+
+
+def final_records(records: list[EpisodeRecord]) -> dict[tuple[str, int], EpisodeRecord]:
+    """The last record of each (snippet, sample): a re-run supersedes an infra failure."""
+    out: dict[tuple[str, int], EpisodeRecord] = {}
+    for r in records:
+        out[(r.snippet_id, r.sample)] = r
+    return out
+
+
+class RecordLog:
+    """Append-only writer, safe across threads."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._fd = -1
+
+    def open(self) -> RecordLog:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            data = self.path.read_bytes()
+            cut = data.rfind(b"\n") + 1
+            if cut != len(data):  # a torn last line from a killed run
+                with self.path.open("r+b") as f:
+                    f.truncate(cut)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return self
+
+    def append(self, record: EpisodeRecord) -> None:
+        line = (record.model_dump_json() + "\n").encode()
+        with self._lock:
+            os.write(self._fd, line)
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)

@@ -1,0 +1,102 @@
+"""The paper's metrics over episode records, exactly as the format defines them.
+
+With L_s the weight and p_s the pass flag of snippet s, over all selected snippets:
+scaled = 100 * sum(L_s p_s) / sum(L_s) (micro-average; the headline), plain = 100 * sum(p_s) / n.
+Per paper: the same formulas on its snippets. With several samples: both per sample index, then
+mean and population standard deviation over sample indexes. Infrastructure failures are excluded
+from numerator and denominator, and counted.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+from pydantic import BaseModel, ConfigDict
+
+from rcb_env.results.records import EpisodeRecord, final_records
+
+
+class Rates(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    scaled: float
+    """Mean over samples of the line-weighted pass rate (percent)."""
+    scaled_std: float
+    plain: float
+    """Mean over samples of the unweighted pass rate (percent)."""
+    plain_std: float
+    snippets: int
+    """Scored snippets (infrastructure failures excluded), per sample."""
+    passed: float
+    """Mean number of passed snippets per sample."""
+    weight: int
+    """Sum of line weights of the scored snippets of sample 0."""
+    passed_weight: float
+    """Mean passed line weight per sample."""
+
+
+class Summary(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    overall: Rates | None
+    per_paper: dict[str, Rates]
+    samples: int
+    episodes: int
+    """Final records (one per snippet and sample)."""
+    infra_errors: int
+    """Final records that failed for infrastructure reasons and are excluded."""
+    infra_by_cause: dict[str, int]
+    truncated: int
+
+
+def _rates(by_sample: dict[int, list[EpisodeRecord]]) -> Rates | None:
+    scaled, plain, passed, passed_w = [], [], [], []
+    first: list[EpisodeRecord] = []
+    for k in sorted(by_sample):
+        scored = [r for r in by_sample[k] if r.status != "infra_error" and r.passed is not None]
+        if not scored:
+            continue
+        first = first or scored
+        total = sum(r.weight for r in scored)
+        good_w = sum(r.weight for r in scored if r.passed)
+        good = sum(1 for r in scored if r.passed)
+        scaled.append(100.0 * good_w / total if total else 0.0)
+        plain.append(100.0 * good / len(scored))
+        passed.append(good)
+        passed_w.append(good_w)
+    if not scaled:
+        return None
+    return Rates(
+        scaled=statistics.fmean(scaled),
+        scaled_std=statistics.pstdev(scaled),
+        plain=statistics.fmean(plain),
+        plain_std=statistics.pstdev(plain),
+        snippets=len(first),
+        passed=statistics.fmean(passed),
+        weight=sum(r.weight for r in first),
+        passed_weight=statistics.fmean(passed_w),
+    )
+
+
+def summarize(records: list[EpisodeRecord]) -> Summary:
+    final = list(final_records(records).values())
+    overall: dict[int, list[EpisodeRecord]] = defaultdict(list)
+    papers: dict[str, dict[int, list[EpisodeRecord]]] = defaultdict(lambda: defaultdict(list))
+    causes: dict[str, int] = defaultdict(int)
+    for r in final:
+        overall[r.sample].append(r)
+        papers[r.paper_id][r.sample].append(r)
+        if r.status == "infra_error":
+            cause = f"{r.infra_error.stage}: {r.infra_error.type}" if r.infra_error else "unknown"
+            causes[cause] += 1
+    per_paper = {pid: rates for pid, by in sorted(papers.items()) if (rates := _rates(by))}
+    return Summary(
+        overall=_rates(overall),
+        per_paper=per_paper,
+        samples=len(overall),
+        episodes=len(final),
+        infra_errors=sum(causes.values()),
+        infra_by_cause=dict(causes),
+        truncated=sum(1 for r in final if r.status == "truncated"),
+    )

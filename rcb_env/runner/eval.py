@@ -1,0 +1,274 @@
+"""Run many episodes (snippets x samples) with N parallel workers, writing a record per finished
+episode as it happens; resume a killed run without losing or repeating finished episodes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from rcb_agents import Agent, NullAgent, OracleAgent, load_agent_class
+
+from rcb_env.episode.env import EnvConfig, RcbEnv
+from rcb_env.episode.wrappers import Budgets
+from rcb_env.errors import ConfigError, GradingError, SandboxError
+from rcb_env.grading.grader import GradingConfig
+from rcb_env.grading.models import GradeResult
+from rcb_env.logs import get_logger
+from rcb_env.results.records import (
+    EpisodeRecord,
+    InfraError,
+    RecordLog,
+    StepRecord,
+    final_records,
+    read_records,
+    write_json_atomic,
+)
+from rcb_env.results.summary import Summary, summarize
+from rcb_env.sandbox import SandboxConfig, SandboxFactory
+from rcb_env.task.models import Paper, Pset, Snippet
+from rcb_env.tools.actions import tool_specs
+
+RUN_SCHEMA = "rcb-env/run/1"
+RECORDS = "episodes.jsonl"
+RUN_FILE = "run.json"
+log = get_logger(__name__)
+
+
+class BudgetConfig(BaseModel):
+    """Per-episode limits, identical for every agent of a run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_steps: int | None = 50
+    max_wall_s: float | None = 1800.0
+    max_tokens: int | None = None
+
+
+class EvalConfig(BaseModel):
+    """Everything that defines a run (and must match when resuming it)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    agent: str
+    """Built-in agent name or ``package.module:Class``."""
+    samples: int = 1
+    """Episodes per snippet."""
+    env: EnvConfig = EnvConfig()
+    sandbox: SandboxConfig = SandboxConfig()
+    grading: GradingConfig = GradingConfig()
+    budgets: BudgetConfig = BudgetConfig()
+
+
+def task_hash(snippet: Snippet) -> str:
+    spec = snippet.model_dump(mode="json")
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def agent_factory(spec: str, pset: Pset) -> Callable[[], Agent]:
+    """A fresh agent per episode. Raises ConfigError for an unknown or broken spec."""
+    if spec == "oracle":
+        answers = {s.id: s.reference_body for s in pset.snippets}
+        return lambda: OracleAgent(answers)
+    if spec == "null":
+        return NullAgent
+    try:
+        cls = load_agent_class(spec)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return cls
+
+
+def _jsonable(action: Any) -> Any:
+    if isinstance(action, BaseModel):
+        return action.model_dump(mode="json")
+    try:
+        json.dumps(action)
+    except (TypeError, ValueError):
+        return repr(action)
+    return action
+
+
+def run_episode(
+    paper: Paper,
+    snippet: Snippet,
+    sample: int,
+    agent: Agent,
+    cfg: EvalConfig,
+    factory: SandboxFactory,
+    run_id: str,
+) -> EpisodeRecord:
+    """One episode, start to record. Infrastructure failures become infra records."""
+    episode_id = f"{snippet.slug[:40]}-s{sample}-{secrets.token_hex(4)}"
+    started_at = time.time()
+    t0 = time.monotonic()
+    steps: list[StepRecord] = []
+    initial = ""
+    final: dict[str, Any] = {}
+    infra: InfraError | None = None
+    inner = RcbEnv(paper, snippet, cfg.env, grading_config=cfg.grading, factory=factory)
+    env = Budgets(inner, **cfg.budgets.model_dump())
+    stage = "sandbox"
+    try:
+        obs, info = env.reset(options={"episode_id": episode_id})
+        initial = obs
+        stage = "agent"
+        agent.start(obs, info, tool_specs())
+        terminated = truncated = False
+        while not (terminated or truncated):
+            stage = "agent"
+            action = agent.act(obs, info)
+            stage = "sandbox"
+            s0 = time.monotonic()
+            obs, reward, terminated, truncated, info = env.step(action)
+            steps.append(
+                StepRecord(
+                    index=len(steps) + 1,
+                    action=_jsonable(action),
+                    observation=obs,
+                    reward=reward,
+                    duration_s=round(time.monotonic() - s0, 4),
+                )
+            )
+        stage = "agent"
+        agent.end(info)
+        final = inner.final or {}
+    except (SandboxError, GradingError, OSError) as exc:
+        infra = InfraError(stage=stage, type=type(exc).__name__, message=str(exc)[:2000])
+    except Exception as exc:  # an agent's failure must not take the run down
+        if stage != "agent":
+            raise
+        infra = InfraError(stage="agent", type=type(exc).__name__, message=str(exc)[:2000])
+    finally:
+        env.close()
+    if infra is None and final.get("infra_error"):
+        infra = InfraError.model_validate(final["infra_error"])
+    grade = GradeResult.model_validate(final["grade"]) if "grade" in final else None
+    reason = str(final.get("reason", "infra_error"))
+    passed = grade.passed if grade is not None and infra is None else None
+    status = (
+        "infra_error" if infra is not None else ("completed" if reason == "submit" else "truncated")
+    )
+    reward = 0.0
+    if passed:
+        reward = 1.0 if cfg.env.reward == "binary" else float(snippet.weight)
+    record = EpisodeRecord(
+        run_id=run_id,
+        episode_id=episode_id,
+        snippet_id=snippet.id,
+        paper_id=paper.id,
+        sample=sample,
+        weight=snippet.weight,
+        task_hash=task_hash(snippet),
+        agent=agent.describe(),
+        config=cfg.model_dump(mode="json", exclude={"agent"}),
+        status=status,
+        reason=reason if infra is None else "infra_error",
+        reward=reward,
+        passed=passed,
+        initial_observation=initial,
+        steps=steps,
+        patch=str(final.get("patch", "")),
+        body=final.get("body"),
+        outside_edits=bool(final.get("outside_edits", False)),
+        grade=grade,
+        infra_error=infra,
+        started_at=started_at,
+        duration_s=round(time.monotonic() - t0, 3),
+    )
+    log.info("episode", snippet=snippet.id, sample=sample, status=status, passed=passed)
+    return record
+
+
+def new_run_dir(runs_root: Path) -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return runs_root / f"{stamp}-{secrets.token_hex(3)}"
+
+
+def _manifest(run_id: str, cfg: EvalConfig, pset: Pset) -> dict[str, Any]:
+    tasks = sorted(f"{s.id}@{task_hash(s)}" for s in pset.snippets)
+    return {
+        "schema_version": RUN_SCHEMA,
+        "run_id": run_id,
+        "created": dt.datetime.now(dt.UTC).isoformat(),
+        "pset": str(pset.root),
+        "config": cfg.model_dump(mode="json"),
+        "tasks": tasks,
+        "task_set_hash": hashlib.sha256("\n".join(tasks).encode()).hexdigest()[:16],
+    }
+
+
+def run_eval(
+    pset: Pset,
+    cfg: EvalConfig,
+    run_dir: Path,
+    *,
+    jobs: int = 1,
+    resume: bool = False,
+    on_episode: Callable[[EpisodeRecord], None] | None = None,
+    on_plan: Callable[[int], None] | None = None,
+) -> Summary:
+    """Run every (snippet, sample) not yet finished in ``run_dir`` and return the summary.
+
+    Raises:
+        ConfigError: resuming with a different agent, configuration or task set.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    manifest_path = run_dir / RUN_FILE
+    if resume and manifest_path.exists():
+        old = json.loads(manifest_path.read_text())
+        new = _manifest(old["run_id"], cfg, pset)
+        for key in ("config", "task_set_hash"):
+            if old.get(key) != new[key]:
+                raise ConfigError(
+                    f"cannot resume {run_dir}: its {key.replace('_', ' ')} differs from this "
+                    "command's (same agent, settings and tasks are required)"
+                )
+        run_id = old["run_id"]
+    else:
+        if manifest_path.exists() and not resume:
+            raise ConfigError(f"{run_dir} already holds a run; pass --resume to continue it")
+        run_id = run_dir.name
+        write_json_atomic(manifest_path, _manifest(run_id, cfg, pset))
+
+    records_path = run_dir / RECORDS
+    done = {
+        key
+        for key, r in final_records(read_records(records_path)).items()
+        if r.status != "infra_error"
+    }
+    todo = [
+        (p, s, k)
+        for k in range(cfg.samples)
+        for p in pset.papers
+        for s in p.snippets
+        if (s.id, k) not in done
+    ]
+    if on_plan is not None:
+        on_plan(len(todo))
+    make_agent = agent_factory(cfg.agent, pset)
+    factory = SandboxFactory(cfg.sandbox)
+    writer = RecordLog(records_path).open()
+    try:
+
+        def work(item: tuple[Paper, Snippet, int]) -> None:
+            paper, snippet, sample = item
+            record = run_episode(paper, snippet, sample, make_agent(), cfg, factory, run_id)
+            writer.append(record)
+            if on_episode is not None:
+                on_episode(record)
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            for future in [pool.submit(work, item) for item in todo]:
+                future.result()
+    finally:
+        writer.close()
+        factory.close()
+    return summarize(read_records(records_path))
