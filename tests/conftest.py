@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -10,7 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
+from rcb_env import config
 from rcb_env.grading.grader import Grader, GradingConfig
+from rcb_env.sandbox import SandboxConfig, bwrap
 
 # A tiny paper whose tests need only the standard library.
 MATH_CODE = '''\
@@ -112,3 +115,24 @@ def grader(tmp_path: Path) -> Grader:
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     return Grader(GradingConfig(python=Path(sys.executable), timeout_s=30), scratch=scratch)
+
+
+@pytest.fixture(scope="session")
+def require_bwrap() -> None:
+    """bwrap tests skip on a machine without it, but FAIL in CI (which installs it)."""
+    reason = bwrap.probe()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"bwrap must work in CI: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def bwrap_config(require_bwrap: None) -> SandboxConfig:
+    return SandboxConfig(backend="bwrap", python=config.task_python())
+
+
+@pytest.fixture
+def task_grading() -> GradingConfig:
+    """Grading with the task interpreter (readable by the sandbox user)."""
+    return GradingConfig(python=config.task_python(), timeout_s=60)

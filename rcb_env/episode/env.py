@@ -105,7 +105,10 @@ class RcbEnv(gym.Env[str, Any]):
             max_chars=self.config.max_observation_chars,
             max_command_s=self.config.max_command_s,
         )
-        self.episode_id = (options or {}).get("episode_id") or uuid.uuid4().hex[:12]
+        # Deterministic for a given seed (Gymnasium checks that reset(seed) is reproducible).
+        self.episode_id = (options or {}).get("episode_id") or (
+            f"{self.snippet.slug}-seed{seed}" if seed is not None else uuid.uuid4().hex[:12]
+        )
         self.log = get_logger(__name__, task_id=self.snippet.id, episode_id=self.episode_id)
         self.steps = 0
         self.done = False
@@ -225,7 +228,6 @@ class RcbEnv(gym.Env[str, Any]):
             "episode_id": self.episode_id,
             "weight": self.snippet.weight,
             "step": self.steps,
-            "elapsed_s": round(time.monotonic() - self.started, 3) if self.started else 0.0,
         }
         info.update(extra)
         return info

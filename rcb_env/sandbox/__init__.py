@@ -57,6 +57,8 @@ class SandboxFactory:
     def __init__(self, config: SandboxConfig | None = None, scratch: Path | None = None) -> None:
         self.config = config or SandboxConfig()
         self.backend = resolve_backend(self.config.backend)
+        if self.backend == "bwrap":
+            bwrap.sweep_cgroups()
         self.scratch = scratch or settings.scratch_dir()
         self._templates = Path(tempfile.mkdtemp(prefix="rcb-templates-", dir=self.scratch))
 

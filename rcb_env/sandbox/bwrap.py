@@ -69,6 +69,20 @@ def _python_prefixes(python: str) -> tuple[str, ...]:
     return tuple(sorted(p for p in prefixes if p != "/usr" and not p.startswith("/usr/")))
 
 
+def check_traversable(path: Path) -> None:
+    """The unprivileged sandbox user must be able to reach ``path`` to bind it.
+
+    Raises:
+        SandboxError: a folder above ``path`` is closed to other users.
+    """
+    for folder in [path, *path.parents]:
+        if folder.exists() and not folder.stat().st_mode & 0o001:
+            raise SandboxError(
+                f"the sandbox user cannot reach {path}: {folder} is not searchable by other users "
+                "(choose a scratch folder such as /dev/shm with RCB_SCRATCH_DIR)"
+            )
+
+
 def _identity(user: str | None) -> tuple[int, int] | None:
     """uid/gid to drop to, when we are root and the sandbox user exists."""
     if user is None or os.geteuid() != 0:
@@ -78,6 +92,32 @@ def _identity(user: str | None) -> tuple[int, int] | None:
     except KeyError:
         return None
     return entry.pw_uid, entry.pw_gid
+
+
+def sweep_cgroups(min_age_s: float = 60.0) -> int:
+    """Remove empty groups left by rcb-env processes that were killed before cleaning up.
+
+    Only groups older than ``min_age_s`` are touched, so a sandbox that is just moving into its
+    new group is never raced; a group with processes refuses ``rmdir`` and stays. Returns how
+    many were removed.
+    """
+    removed = 0
+    now = time.time()
+    for controller in ("memory", "pids"):
+        parent = CGROUP_ROOT / controller / CGROUP_PARENT
+        if not parent.is_dir():
+            continue
+        for d in parent.iterdir():
+            try:
+                if not d.is_dir() or now - d.stat().st_mtime < min_age_s:
+                    continue
+                if (d / "cgroup.procs").read_text().strip():
+                    continue
+                d.rmdir()
+                removed += 1
+            except OSError:
+                continue
+    return removed
 
 
 class Cgroup:
@@ -209,6 +249,7 @@ class BwrapExecutor:
     ) -> ExecResult:
         area = writable or cwd
         if self._identity is not None:
+            check_traversable(area.parent)
             chown_tree(area, *self._identity)
         group = Cgroup(self.config.limits)
         try:
@@ -243,9 +284,12 @@ class BwrapSandbox(Sandbox):
         reason = probe()
         if reason is not None:
             raise SandboxError(reason)
+        identity = _identity(config.user)
+        if identity is not None:
+            check_traversable(scratch)
         super().__init__(template, config, scratch)
         self.python = str(config.python or settings.task_python())
-        self._identity = _identity(config.user)
+        self._identity = identity
         self._session: ShellSession | None = None
         self._group: Cgroup | None = None
         self._scratch = scratch

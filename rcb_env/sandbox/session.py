@@ -52,14 +52,17 @@ class ShellSession:
     def start(self) -> None:
         self._control_host.mkdir(parents=True, exist_ok=True)
         argv = [*self._launcher(), "bash", "--noprofile", "--norc"]
+        # The launcher's own complaints (e.g. bwrap's) land here, for the error message.
+        launcher_log = self._control_host / "launcher.log"
         try:
-            self._proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            with launcher_log.open("wb") as log:
+                self._proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    start_new_session=True,
+                )
         except OSError as exc:
             raise SandboxError(f"cannot start the sandbox shell ({argv[0]}): {exc}") from exc
         if self._on_start is not None:
@@ -68,7 +71,8 @@ class ShellSession:
         probe = self.run("true", timeout_s=30)
         if probe.exit_code != 0:
             self.kill()
-            raise SandboxError(f"sandbox shell did not come up: {probe.stderr.strip()[:300]}")
+            why = launcher_log.read_text(errors="replace").strip() or probe.stderr.strip()
+            raise SandboxError(f"sandbox shell did not come up: {why[:500]}")
 
     def kill(self) -> None:
         proc, self._proc = self._proc, None
@@ -98,7 +102,7 @@ class ShellSession:
         marker = f"__RCB_DONE_{self._token}_{n}"
         line = (
             f". {inside}/cmd_{n}.sh > {inside}/out_{n} 2> {inside}/err_{n} < /dev/null; "
-            f"echo; echo {marker} $?\n"
+            f"echo {marker} $?\n"
         )
         start = time.monotonic()
         try:

@@ -1,0 +1,100 @@
+"""The agent's workspace: masked template, confinement of paths, extraction of the body."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rcb_env.sandbox.workspace import (
+    WorkspacePathError,
+    build_template,
+    extract_body,
+    read_text,
+    resolve,
+    unified_diff,
+)
+from rcb_env.task import bundled_root, load
+from rcb_env.task.loader import walk_files
+from tests.conftest import math_files, write_paper, write_pset
+
+
+def test_template_has_masked_file_and_no_hidden_paths(tmp_path: Path) -> None:
+    files = math_files() | {
+        "rcb-env.yaml": "hidden_paths: ['secret/*']\n",
+        "secret/answer.txt": "42",
+        "__pycache__/stats_ref.cpython-311.pyc": "x",
+        "data/ok.csv": "1,2\n",
+    }
+    write_pset(tmp_path / "p", [write_paper(tmp_path / "p", "m", files)])
+    paper = load(tmp_path / "p").papers[0]
+    snippet = paper.snippet("variance")
+    t = build_template(paper, snippet, tmp_path / "t")
+    present = set(walk_files(t)) - {".rcb-template-complete"}
+    assert present == {"paper2code_paper.tex", "stats.py", "data/ok.csv"}
+    assert (t / "stats.py").read_text() == snippet.masked_text
+    assert "paper2code" not in (t / "stats.py").read_text()
+
+
+def test_bundled_templates_never_contain_references_or_tests(tmp_path: Path) -> None:
+    pset = load(bundled_root())
+    for paper in pset.papers:
+        for s in paper.snippets:
+            t = build_template(paper, s, tmp_path / paper.slug / s.slug)
+            names = set(walk_files(t))
+            assert not any(n.endswith("_ref.py") or n == "paper2code_test.py" for n in names)
+            assert s.reference_body not in "".join(
+                (t / n).read_text(errors="replace") for n in names if n.endswith(".py")
+            )
+
+
+def test_paths_are_confined_to_the_workspace(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.py").write_text("x")
+    (tmp_path / "outside_ref.py").write_text("secret")
+    (root / "link").symlink_to(tmp_path / "outside_ref.py")
+    (root / "dirlink").symlink_to(tmp_path)
+    assert resolve(root, "a.py") == root / "a.py"
+    assert resolve(root, "/workspace/a.py") == root / "a.py"
+    for bad in (
+        "../outside_ref.py",
+        str(tmp_path / "outside_ref.py"),
+        "link",
+        "dirlink/outside_ref.py",
+        "/etc/passwd",
+        "/proc/self/cwd/../outside_ref.py",
+    ):
+        with pytest.raises(WorkspacePathError):
+            read_text(root, bad)
+
+
+def test_extract_body_from_an_edited_file(tmp_path: Path) -> None:
+    write_pset(tmp_path, [write_paper(tmp_path, "m", math_files())])
+    s = load(tmp_path).papers[0].snippet("variance")
+    todo = s.todo_body()
+    body = "    m = mean(xs)\n    return sum((x - m) ** 2 for x in xs) / len(xs)\n"
+    edited = s.masked_text.replace(todo, body)
+    assert extract_body(s.masked_text, s, edited) == (body, False)
+    # unchanged: the body is the TODO comments themselves
+    assert extract_body(s.masked_text, s, s.masked_text) == (todo, False)
+    # an edit elsewhere in the file is reported and left out of the body
+    elsewhere = edited.replace('"""Tiny maths library."""', '"""Changed docstring."""')
+    got, outside = extract_body(s.masked_text, s, elsewhere)
+    assert (got, outside) == (body, True)
+    # lines added after the block, before the unchanged suffix, belong to the body
+    extra = s.masked_text.replace(todo, body + "    # done\n")
+    assert extract_body(s.masked_text, s, extra) == (body + "    # done\n", False)
+
+
+def test_unified_diff_lists_changes(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "f.py").write_text("x = 1\n")
+    (b / "f.py").write_text("x = 2\n")
+    (b / "new.py").write_text("y\n")
+    diff = unified_diff(a, b)
+    assert "--- a/f.py" in diff
+    assert "+x = 2" in diff
+    assert "+++ b/new.py" in diff
