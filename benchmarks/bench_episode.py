@@ -25,7 +25,7 @@ from typing import Any
 from rcb_env import EnvConfig, RcbEnv, SandboxConfig, SandboxFactory, config
 from rcb_env.grading import Grader, GradingConfig
 from rcb_env.runner import EvalConfig, run_eval
-from rcb_env.task import bundled_root, load
+from rcb_env.task import Paper, Snippet, bundled_root, load
 
 
 def timed(fn: Callable[[], Any], n: int) -> list[float]:
@@ -51,13 +51,19 @@ def main() -> None:
     factory = SandboxFactory(SandboxConfig(backend="bwrap", python=python))
     grading = GradingConfig(python=python)
     paper = pset.paper("adamw-warmup")
-    snippet = paper.snippet("bias correction")
-    env = RcbEnv(paper, snippet, EnvConfig(), grading_config=grading, factory=factory)
+    env = RcbEnv(
+        paper,
+        paper.snippet("bias correction"),
+        EnvConfig(),
+        grading_config=grading,
+        factory=factory,
+    )
     env.reset()
     print(f"bwrap backend, task python {python}, {n} repetitions\n")
 
-    reset = timed(lambda: env.reset(), n)
+    reset = timed(env.reset, n)
     print(f"reset                      p50 {p50(reset):7.2f} ms   (goal <= 20)")
+    same = "import numpy as np"
     actions: dict[str, dict[str, Any]] = {
         "list_files": {"tool": "list_files"},
         "read_file": {"tool": "read_file", "path": "optim.py"},
@@ -65,34 +71,41 @@ def main() -> None:
         "replace_in_file": {
             "tool": "replace_in_file",
             "path": "optim.py",
-            "old": "import numpy as np",
-            "new": "import numpy as np",
+            "old": same,
+            "new": same,
         },
         "run_command true": {"tool": "run_command", "command": "true"},
     }
     env.step({"tool": "run_command", "command": "true"})  # start the shell once
     for name, action in actions.items():
-        ts = timed(lambda a=action: env.step(a), n)
+
+        def step(a: dict[str, Any] = action) -> None:
+            env.step(a)
+
+        ts = timed(step, n)
         goal = "(goal <= 5)" if name != "run_command true" else ""
         print(f"step {name:21s} p50 {p50(ts):7.2f} ms   {goal}")
     env.close()
 
     print()
     grader = Grader(grading, executor=factory.grading_executor())
-    for paper in pset.papers:
-        s = paper.snippets[0]
-        ours = timed(lambda p=paper, s=s: grader.grade(p, s, s.reference_body), max(3, n // 3))
+    for p in pset.papers:
+        first = p.snippets[0]
+
+        def ours_once(p: Paper = p, s: Snippet = first) -> None:
+            grader.grade(p, s, s.reference_body)
+
+        ours = timed(ours_once, max(3, n // 3))
         with tempfile.TemporaryDirectory(dir=config.scratch_dir()) as tmp:
-            folder = Path(tmp) / paper.id
-            shutil.copytree(paper.root, folder)
-            bare = timed(
-                lambda f=folder, p=paper: subprocess.run(
-                    [str(python), p.test_file], cwd=f, capture_output=True, check=True
-                ),
-                max(3, n // 3),
-            )
+            folder = Path(tmp) / p.id
+            shutil.copytree(p.root, folder)
+
+            def bare_once(f: Path = folder, test: str = p.test_file) -> None:
+                subprocess.run([str(python), test], cwd=f, capture_output=True, check=True)
+
+            bare = timed(bare_once, max(3, n // 3))
         print(
-            f"grading {paper.id:17s} p50 {p50(ours):7.1f} ms   bare test p50 {p50(bare):7.1f} ms   "
+            f"grading {p.id:17s} p50 {p50(ours):7.1f} ms   bare test p50 {p50(bare):7.1f} ms   "
             f"ratio {p50(ours) / p50(bare):4.2f}x (goal <= 1.1)"
         )
 
@@ -104,11 +117,13 @@ def main() -> None:
     for jobs in (1, 2):
         with tempfile.TemporaryDirectory() as tmp:
             t = time.perf_counter()
-            s = run_eval(pset, cfg, Path(tmp) / "run", jobs=jobs)
+            summary = run_eval(pset, cfg, Path(tmp) / "run", jobs=jobs)
             walls[jobs] = time.perf_counter() - t
-            assert s.overall is not None and s.overall.scaled == 100.0
+            assert summary.overall is not None
+            assert summary.overall.scaled == 100.0
     print(
-        f"eval oracle --jobs 1 {walls[1]:6.2f} s   --jobs 2 {walls[2]:6.2f} s   speed-up {walls[1] / walls[2]:4.2f}x"
+        f"eval oracle --jobs 1 {walls[1]:6.2f} s   --jobs 2 {walls[2]:6.2f} s   "
+        f"speed-up {walls[1] / walls[2]:4.2f}x"
     )
     factory.close()
 
