@@ -88,7 +88,7 @@ def main() -> None:
     env.close()
 
     print()
-    grader = Grader(grading, executor=factory.grading_executor())
+    grader = Grader(grading, executor=factory.grading_executor(pset.papers[0]))
     for p in pset.papers:
         first = p.snippets[0]
 

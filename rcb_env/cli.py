@@ -290,11 +290,14 @@ def _validation_table(report: ValidationReport) -> None:
 @click.option("--samples", default=1, show_default=True, help="Episodes per snippet.")
 @click.option(
     "--sandbox",
-    type=click.Choice(["auto", "bwrap", "local"]),
+    type=click.Choice(["auto", "bwrap", "docker", "local"]),
     default="auto",
     show_default=True,
-    help="auto = bwrap when it really runs here; local has NO isolation.",
+    help="auto = bwrap when it really runs here; docker needs `rcb-env images build`; "
+    "local has NO isolation.",
 )
+@click.option("--base", help="docker: base image the paper images were built from.")
+@click.option("--pool", default=0, show_default=True, help="docker: warm containers per image.")
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"))
 @click.option(
     "--resume",
@@ -327,6 +330,8 @@ def eval_cmd(
     test_feedback: Feedback,
     paper_in_prompt: Literal["full", "outline"],
     timeout: float | None,
+    base: str | None,
+    pool: int,
 ) -> None:
     """Run an agent on every snippet; records go to runs/<id>/episodes.jsonl."""
     loaded = _load(pset, papers)
@@ -335,7 +340,9 @@ def eval_cmd(
         agent=agent,
         samples=samples,
         env=EnvConfig(test_feedback=test_feedback, paper_in_prompt=paper_in_prompt),
-        sandbox=SandboxConfig(backend=sandbox),
+        sandbox=SandboxConfig(backend=sandbox, pool_size=pool)
+        if base is None
+        else SandboxConfig(backend=sandbox, pool_size=pool, docker_base=base),
         grading=GradingConfig() if timeout is None else GradingConfig(timeout_s=timeout),
         budgets=BudgetConfig(max_steps=max_steps, max_wall_s=max_wall),
     )
@@ -407,6 +414,65 @@ def _summary_table(s: Summary, title: str) -> None:
         highlight=False,
         soft_wrap=True,
     )
+
+
+@cli.group()
+def images() -> None:
+    """Per-paper Docker images (one per paper, tagged by a content hash)."""
+
+
+@images.command(name="build")
+@pset_option
+@paper_option
+@click.option(
+    "--base", help="Base image with python3 (default python:3.11-slim or $RCB_DOCKER_BASE)."
+)
+@click.option(
+    "--wheels",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Download wheels into this folder on the host and build offline (--network=none).",
+)
+def images_build(
+    pset: Path | None, papers: tuple[str, ...], base: str | None, wheels: Path | None
+) -> None:
+    """Build the image of every paper (up-to-date images are kept)."""
+    from rcb_env.sandbox import docker
+    from rcb_env.sandbox import images as img
+
+    loaded = _load(pset, papers)
+    _print_failures(loaded)
+    cfg = (
+        img.ImageConfig(wheels=wheels)
+        if base is None
+        else img.ImageConfig(base=base, wheels=wheels)
+    )
+    engine = docker.client()
+    for paper in loaded.papers:
+        tag, built = img.build(
+            engine,
+            paper,
+            cfg,
+            progress=lambda line: err.print(line, highlight=False, soft_wrap=True),
+        )
+        out.print(f"{paper.id}: {tag} ({'built' if built else 'up to date'})", highlight=False)
+
+
+@images.command(name="gc")
+@pset_option
+@click.option("--base", help="Keep images built from this base (default as for build).")
+@click.option("--all", "everything", is_flag=True, help="Also remove containers of live runs.")
+def images_gc(pset: Path | None, base: str | None, everything: bool) -> None:
+    """Remove leftover rcb-env containers and stale rcb-env images."""
+    from rcb_env.sandbox import docker
+    from rcb_env.sandbox import images as img
+
+    engine = docker.client()
+    removed = docker.gc_containers(engine, everything=everything)
+    loaded = _load(pset, ())
+    cfg = img.ImageConfig() if base is None else img.ImageConfig(base=base)
+    keep = {img.image_tag(p, cfg) for p in loaded.papers}
+    stale = img.gc_images(engine, keep)
+    out.print(f"removed {len(removed)} containers and {len(stale)} stale images", highlight=False)
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ from rcb_env.grading import GradingConfig
 from rcb_env.results import read_records, summarize
 from rcb_env.results.records import EpisodeRecord, InfraError, RecordLog
 from rcb_env.runner import EvalConfig, run_eval
-from rcb_env.sandbox import SandboxConfig
+from rcb_env.sandbox import SandboxConfig, scratch
 from rcb_env.task import load
 from rcb_env.tools.actions import ReplaceInFile, Submit, ToolSpec
 from tests.conftest import math_files, write_paper, write_pset
@@ -251,6 +251,15 @@ def test_sigkill_at_random_points_then_resume_loses_and_repeats_nothing(
     lines = (run_dir / "episodes.jsonl").read_bytes().splitlines()
     assert len(lines) == 18  # no torn or duplicate line left behind
     assert summarize(final) == expected
+    # The resumed run swept what the killed ones left on tmpfs.
+    leftovers = [
+        d
+        for d in config.scratch_dir().iterdir()
+        if d.name.startswith(scratch.PREFIXES)
+        and (d / scratch.OWNER_FILE).exists()
+        and not scratch._alive((d / scratch.OWNER_FILE).read_text())
+    ]
+    assert leftovers == []
 
 
 @pytest.mark.bwrap

@@ -177,7 +177,7 @@ def test_grading_executor_is_sandboxed_too(factory: SandboxFactory, paper: Paper
 
     grader = Grader(
         GradingConfig(python=config.task_python(), timeout_s=60),
-        executor=factory.grading_executor(),
+        executor=factory.grading_executor(paper),
         scratch=factory.scratch,
     )
     s = paper.snippet("variance")

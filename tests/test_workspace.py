@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,34 @@ def test_unified_diff_lists_changes(tmp_path: Path) -> None:
     assert "--- a/f.py" in diff
     assert "+x = 2" in diff
     assert "+++ b/new.py" in diff
+
+
+def test_sweep_removes_folders_of_dead_owners_only(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from rcb_env.sandbox import scratch
+
+    mine = scratch.make("rcb-grade-", tmp_path)
+    dead = scratch.make("rcb-bwrap-", tmp_path)
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    host, _pid, _ticks = (dead / scratch.OWNER_FILE).read_text().split()
+    (dead / scratch.OWNER_FILE).write_text(f"{host} {child.stdout.strip()} 12345")
+    unowned = tmp_path / "rcb-grade-unowned"
+    unowned.mkdir()  # killed before it got an owner: removed only once old
+    other = tmp_path / "someone-elses"
+    other.mkdir()
+    assert scratch.sweep(tmp_path) == 1
+    assert mine.exists()
+    assert not dead.exists()
+    assert unowned.exists()
+    old = time.time() - 7200
+    os.utime(unowned, (old, old))
+    assert scratch.sweep(tmp_path) == 1
+    assert not unowned.exists()
+    assert other.exists()

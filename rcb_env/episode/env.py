@@ -70,7 +70,7 @@ class RcbEnv(gym.Env[str, Any]):
         self.config = config or EnvConfig()
         self._own_factory = factory is None
         self.factory = factory or SandboxFactory(sandbox_config)
-        self.grader = Grader(grading_config, executor=self.factory.grading_executor())
+        self.grader = Grader(grading_config, executor=self.factory.grading_executor(paper))
         self.paper_text = (paper.root / paper.paper_file).read_text(
             encoding="utf-8", errors="replace"
         )

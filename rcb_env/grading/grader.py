@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,6 +19,7 @@ from rcb_env import config
 from rcb_env.errors import GradingError, SandboxError
 from rcb_env.grading.models import FailureKind, GradeResult, Outcome, TestOutcome, TestStatus
 from rcb_env.logs import get_logger
+from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox.base import ExecResult, Executor
 from rcb_env.sandbox.local import LocalExecutor
 from rcb_env.task import annotations as ann
@@ -278,7 +278,9 @@ class Grader:
         self.executor: Executor = executor or LocalExecutor(
             output_limit=self.config.output_limit, scratch=self.scratch
         )
-        self.python = self.config.python or config.task_python()
+        # An executor that brings its own interpreter (a container image) decides; else ours.
+        own = getattr(self.executor, "interpreter", None)
+        self.python = Path(own) if own else (self.config.python or config.task_python())
         self._expected: dict[str, tuple[str, ...]] = {}
         self._health: dict[str, GradeResult] = {}
         self._lock = threading.Lock()
@@ -329,7 +331,7 @@ class Grader:
 
     def _run(self, paper: Paper, snippet: Snippet, body: str) -> GradeResult:
         expected = self.expected(paper)
-        workdir = Path(tempfile.mkdtemp(prefix="rcb-grade-", dir=self.scratch))
+        workdir = scratch_dirs.make("rcb-grade-", self.scratch)
         try:
             folder = workdir / paper.slug
             try:
@@ -388,7 +390,7 @@ class Grader:
                 stderr=run.stderr,
             )
         finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+            scratch_dirs.discard(workdir)
 
     def _env(self, workdir: Path) -> Mapping[str, str]:
         threads = str(self.config.threads)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
+from typing import Any
 
 from rcb_env import config as settings
 from rcb_env.errors import ConfigError, SandboxError
 from rcb_env.sandbox import bwrap
+from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox.base import (
     BackendName,
     ExecResult,
@@ -44,6 +44,13 @@ def resolve_backend(name: BackendName) -> str:
     """
     if name == "local":
         return "local"
+    if name == "docker":
+        from rcb_env.sandbox import docker
+
+        why = docker.probe()
+        if why is not None:
+            raise SandboxError(why)
+        return "docker"
     reason = bwrap.probe()
     if reason is None:
         return "bwrap"
@@ -60,7 +67,39 @@ class SandboxFactory:
         if self.backend == "bwrap":
             bwrap.sweep_cgroups()
         self.scratch = scratch or settings.scratch_dir()
-        self._templates = Path(tempfile.mkdtemp(prefix="rcb-templates-", dir=self.scratch))
+        scratch_dirs.sweep(self.scratch)  # what killed runs left behind
+        self._templates = scratch_dirs.make("rcb-templates-", self.scratch)
+        self._docker: Any = None
+        self._pool: Any = None
+        if self.backend == "docker":
+            from rcb_env.sandbox import docker
+
+            self._docker = docker.client()
+            self._pool = docker.ContainerPool(
+                self._docker, self.config, self.scratch, self.config.pool_size
+            )
+
+    def image(self, paper: Paper) -> str:
+        """docker: the paper's image tag, which must have been built.
+
+        Raises:
+            SandboxError: it has not been built (with the command that builds it).
+        """
+        from rcb_env.sandbox import images
+
+        tag = images.image_tag(paper, images.ImageConfig(base=self.config.docker_base))
+        if not images.image_exists(self._docker, tag):
+            raise SandboxError(
+                f"no image {tag} for paper {paper.id}: run `rcb-env images build"
+                f" --base {self.config.docker_base}` (with the same --pset) first"
+            )
+        return tag
+
+    def warm(self, papers: list[Paper]) -> None:
+        """docker: start pooled containers for these papers' images ahead of time."""
+        if self._pool is not None and self.config.pool_size > 0:
+            for paper in papers:
+                self._pool.warm(self.image(paper))
 
     def template(self, paper: Paper, snippet: Snippet) -> Path:
         return build_template(paper, snippet, self._templates / paper.slug / snippet.slug)
@@ -73,15 +112,27 @@ class SandboxFactory:
             sandbox = BwrapSandbox(template, self.config, self.scratch)
         elif self.backend == "local":
             sandbox = LocalSandbox(template, self.config, self.scratch)
+        elif self.backend == "docker":
+            from rcb_env.sandbox.docker import DockerSandbox
+
+            slot = self._pool.acquire(self.image(paper))
+            sandbox = DockerSandbox(template, self.config, self.scratch, slot)
         else:  # pragma: no cover - resolve_backend only returns the two above
             raise ConfigError(f"unknown sandbox backend {self.backend!r}")
         sandbox.start()
         return sandbox
 
-    def grading_executor(self) -> Executor:
+    def grading_executor(self, paper: Paper) -> Executor:
+        """Where a paper's grading runs: a fresh sandbox of this factory's kind."""
         if self.backend == "bwrap":
             return BwrapExecutor(self.config, self.scratch)
+        if self.backend == "docker":
+            from rcb_env.sandbox.docker import DockerExecutor
+
+            return DockerExecutor(self.image(paper), self.config)
         return LocalExecutor(output_limit=self.config.output_limit, scratch=self.scratch)
 
     def close(self) -> None:
-        shutil.rmtree(self._templates, ignore_errors=True)
+        if self._pool is not None:
+            self._pool.close()
+        scratch_dirs.discard(self._templates)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import shutil
-import tempfile
 import threading
 import weakref
 from abc import ABC, abstractmethod
@@ -17,6 +15,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox import workspace as ws
 
 
@@ -65,7 +64,7 @@ class Executor(Protocol):
         ...
 
 
-BackendName = Literal["auto", "bwrap", "local"]
+BackendName = Literal["auto", "bwrap", "docker", "local"]
 
 
 class Limits(BaseModel):
@@ -102,6 +101,10 @@ class SandboxConfig(BaseModel):
     """Unprivileged user the sandboxed processes run as, when rcb-env runs as root."""
     python: Path | None = None
     """Task interpreter (bound read-only in the sandbox); default: the configured task python."""
+    docker_base: str = os.environ.get("RCB_DOCKER_BASE", "python:3.11-slim")
+    """docker: the base the paper images were built from (part of their tag)."""
+    pool_size: int = 0
+    """docker: started containers kept ready per image, so an episode does not wait for one."""
 
 
 _live: weakref.WeakSet[Sandbox] = weakref.WeakSet()
@@ -128,10 +131,12 @@ class Sandbox(ABC):
     #: Where the workspace appears to commands run in the sandbox.
     workspace_inside: str = "/workspace"
 
-    def __init__(self, template: Path, config: SandboxConfig, scratch: Path) -> None:
+    def __init__(
+        self, template: Path, config: SandboxConfig, scratch: Path, *, root: Path | None = None
+    ) -> None:
         self.template = template
         self.config = config
-        self.root = Path(tempfile.mkdtemp(prefix=f"rcb-{self.backend}-", dir=scratch))
+        self.root = root or scratch_dirs.make(f"rcb-{self.backend}-", scratch)
         self.workspace = self.root / "workspace"
         self.control = self.root / "control"
         self.closed = False
@@ -155,7 +160,7 @@ class Sandbox(ABC):
             return
         self.closed = True
         self._stop_session()
-        shutil.rmtree(self.root, ignore_errors=True)
+        scratch_dirs.discard(self.root)
         with _live_lock:
             _live.discard(self)
 

@@ -34,12 +34,14 @@ class ShellSession:
         control_inside: str,
         output_limit: int = 20_000,
         on_start: Callable[[int], None] | None = None,
+        on_kill: Callable[[], None] | None = None,
     ) -> None:
         self._launcher = launcher
         self._control_host = control_host
         self._control_inside = control_inside
         self._output_limit = output_limit
         self._on_start = on_start
+        self._on_kill = on_kill
         self._proc: subprocess.Popen[bytes] | None = None
         self._buffer = b""
         self._n = 0
@@ -68,6 +70,9 @@ class ShellSession:
         if self._on_start is not None:
             self._on_start(self._proc.pid)
         self._buffer = b""
+        # A command that runs `exit N` ends the shell; the trap still reports N.
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(f"trap 'echo __RCB_EXIT_{self._token} $?' EXIT\n".encode())
         probe = self.run("true", timeout_s=30)
         if probe.exit_code != 0:
             self.kill()
@@ -84,6 +89,8 @@ class ShellSession:
             if stream is not None:
                 stream.close()
         proc.wait()
+        if self._on_kill is not None:
+            self._on_kill()
 
     def run(self, command: str, *, timeout_s: float) -> ExecResult:
         if self._proc is None:
@@ -131,8 +138,16 @@ class ShellSession:
             if ready:
                 chunk = os.read(fd, 65536)
                 if not chunk:  # the shell ended (e.g. the command ran `exit`)
+                    exit_marker = f"__RCB_EXIT_{self._token} ".encode()
+                    status: int | None = None
+                    at = self._buffer.find(exit_marker)
+                    if at >= 0:
+                        digits = self._buffer[at + len(exit_marker) :].split(b"\n", 1)[0].strip()
+                        status = int(digits) if digits.isdigit() else None
                     self.kill()
-                    return self._result(n, None, start, note="the command ended the shell")
+                    return self._result(
+                        n, status, start, note="the command ended the shell; a new one was started"
+                    )
                 self._buffer += chunk
 
     def _result(

@@ -63,11 +63,19 @@ def build_template(paper: Paper, snippet: Snippet, dest: Path) -> Path:
 
 
 def copy_template(template: Path, dest: Path) -> None:
-    """Fresh writable copy of a template (the marker file stays behind)."""
-    if dest.exists():
-        shutil.rmtree(dest)
+    """Fresh writable copy of a template (the marker file stays behind). ``dest`` itself is kept
+    (emptied, not replaced): a container may have it bind-mounted."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for child in dest.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
     shutil.copytree(
-        template, dest, ignore=lambda _d, names: {".rcb-template-complete"} & set(names)
+        template,
+        dest,
+        ignore=lambda _d, names: {".rcb-template-complete"} & set(names),
+        dirs_exist_ok=True,
     )
 
 

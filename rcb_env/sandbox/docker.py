@@ -1,0 +1,350 @@
+"""Docker: one container per episode from the paper's image, no network, read-only root.
+
+The container's PID 1 (``sleep infinity`` under docker's init, as root with every capability
+dropped) keeps it alive; the agent's persistent shell runs in it as uid 1000 through ``docker exec``
+and the same pipe protocol as the other backends. The workspace and control folders are host
+folders bind-mounted at ``/workspace`` and ``/.rcb``. Grading runs in a fresh container from the
+same image with only the grading copy mounted. Every Docker error maps to :class:`SandboxError`
+in :func:`docker_errors`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rcb_env.errors import SandboxError
+from rcb_env.sandbox import scratch as scratch_dirs
+from rcb_env.sandbox.base import ExecResult, Executor, Limits, Sandbox, SandboxConfig, chown_tree
+from rcb_env.sandbox.images import LABEL
+from rcb_env.sandbox.session import ShellSession
+
+USER = "1000:1000"
+UID = GID = 1000
+INTERPRETER = "/opt/rcb-venv/bin/python"
+LABEL_OWNER = "org.rcb-env.owner"
+LABEL_ROLE = "org.rcb-env.role"
+
+
+def owner_label() -> str:
+    """host:pid of this process, so `images gc` can tell our leftovers from live containers."""
+    return f"{os.uname().nodename}:{os.getpid()}"
+
+
+@contextlib.contextmanager
+def docker_errors(what: str) -> Iterator[None]:
+    """The one place Docker SDK and transport errors become :class:`SandboxError`."""
+    import docker.errors
+    import requests.exceptions
+
+    try:
+        yield
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        raise SandboxError(f"docker: {what}: {exc}") from exc
+
+
+def client() -> Any:
+    """A Docker client for $DOCKER_HOST (or the default socket), checked with a ping.
+
+    Raises:
+        SandboxError: no engine answers.
+    """
+    import docker
+
+    with docker_errors("no engine answers (is dockerd running? is DOCKER_HOST set?)"):
+        c = docker.from_env(timeout=120)
+        c.ping()
+        return c
+
+
+def probe() -> str | None:
+    """None if a Docker engine answers a ping, else why not (never ``docker --version``)."""
+    try:
+        client()
+    except SandboxError as exc:
+        return str(exc)
+    return None
+
+
+def _limits(limits: Limits) -> dict[str, Any]:
+    mem = f"{limits.memory_mb}m"
+    return {
+        "mem_limit": mem,
+        "memswap_limit": mem,
+        "pids_limit": limits.pids,
+        "ulimits": [
+            _ulimit("nofile", limits.nofile),
+            _ulimit("fsize", limits.file_size_mb * 1024 * 1024),
+            _ulimit("core", 0),
+        ],
+    }
+
+
+def _ulimit(name: str, value: int) -> Any:
+    import docker.types
+
+    return docker.types.Ulimit(name=name, soft=value, hard=value)
+
+
+def _common(limits: Limits, role: str, tmpfs_mb: int = 512) -> dict[str, Any]:
+    return {
+        "detach": True,
+        "network_mode": "none",
+        "read_only": True,
+        "tmpfs": {"/tmp": f"rw,exec,size={tmpfs_mb}m,mode=1777"},
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "init": True,
+        "labels": {LABEL: "1", LABEL_OWNER: owner_label(), LABEL_ROLE: role},
+        **_limits(limits),
+    }
+
+
+class Slot:
+    """A started container with its own host workspace and control folders."""
+
+    def __init__(self, docker: Any, image: str, config: SandboxConfig, scratch: Path) -> None:
+        self.root = scratch_dirs.make("rcb-docker-", scratch)
+        self.workspace = self.root / "workspace"
+        self.control = self.root / "control"
+        self.workspace.mkdir()
+        self.control.mkdir()
+        chown_tree(self.root, UID, GID)
+        self.image = image
+        with docker_errors(f"starting a container from {image}"):
+            self.container = docker.containers.run(
+                image,
+                ["sleep", "infinity"],
+                volumes={
+                    str(self.workspace): {"bind": "/workspace", "mode": "rw"},
+                    str(self.control): {"bind": "/.rcb", "mode": "rw"},
+                },
+                working_dir="/workspace",
+                **_common(config.limits, "episode"),
+            )
+
+    def kill_user_processes(self) -> None:
+        """End everything the agent started (uid 1000); PID 1 (root) keeps the container up."""
+        with contextlib.suppress(SandboxError), docker_errors("killing processes"):
+            self.container.exec_run(["kill", "-9", "-1"], user=USER)
+
+    def remove(self) -> None:
+        with contextlib.suppress(SandboxError), docker_errors("removing a container"):
+            self.container.remove(force=True)
+        scratch_dirs.discard(self.root)
+
+
+class ContainerPool:
+    """Keeps ``size`` started containers per image so a new episode gets one without waiting
+    for a container start. Refilled in the background."""
+
+    def __init__(self, docker: Any, config: SandboxConfig, scratch: Path, size: int) -> None:
+        self.docker = docker
+        self.config = config
+        self.scratch = scratch
+        self.size = size
+        self._ready: dict[str, queue.SimpleQueue[Slot]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+
+    def _queue(self, image: str) -> queue.SimpleQueue[Slot]:
+        with self._lock:
+            return self._ready.setdefault(image, queue.SimpleQueue())
+
+    def warm(self, image: str) -> None:
+        """Start containers for ``image`` until ``size`` are ready (in a background thread)."""
+
+        def fill() -> None:
+            q = self._queue(image)
+            while not self._closed and q.qsize() < self.size:
+                try:
+                    q.put(Slot(self.docker, image, self.config, self.scratch))
+                except SandboxError:
+                    return
+
+        t = threading.Thread(target=fill, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def acquire(self, image: str) -> Slot:
+        q = self._queue(image)
+        try:
+            slot = q.get_nowait()
+        except queue.Empty:
+            slot = Slot(self.docker, image, self.config, self.scratch)
+        if self.size > 0:
+            self.warm(image)
+        return slot
+
+    def close(self) -> None:
+        self._closed = True
+        for t in self._threads:
+            t.join(timeout=60)
+        with self._lock:
+            queues = list(self._ready.values())
+        for q in queues:
+            while not q.empty():
+                q.get_nowait().remove()
+
+
+class DockerSandbox(Sandbox):
+    backend = "docker"
+    workspace_inside = "/workspace"
+
+    def __init__(self, template: Path, config: SandboxConfig, scratch: Path, slot: Slot) -> None:
+        super().__init__(template, config, scratch, root=slot.root)
+        self.slot = slot
+        self._session: ShellSession | None = None
+        self._scratch = scratch
+
+    def _prepare_tree(self, path: Path) -> None:
+        chown_tree(path, UID, GID)
+
+    def exec(self, command: str, *, timeout_s: float | None = None) -> ExecResult:
+        if self.closed:
+            raise SandboxError("sandbox is closed")
+        status = self.slot.container.status
+        with docker_errors("checking the container"):
+            self.slot.container.reload()
+            status = self.slot.container.status
+        if status != "running":
+            raise SandboxError(f"docker: the episode's container is {status}")
+        if self._session is None:
+            cid = self.slot.container.id
+            self._session = ShellSession(
+                lambda: ["docker", "exec", "-i", "-u", USER, "-w", "/workspace", cid],
+                control_host=self.control,
+                control_inside="/.rcb",
+                output_limit=self.config.output_limit,
+                on_kill=self.slot.kill_user_processes,
+            )
+        return self._session.run(command, timeout_s=timeout_s or self.config.command_timeout_s)
+
+    def executor(self) -> Executor:
+        return DockerExecutor(self.slot.image, self.config)
+
+    def _stop_session(self) -> None:
+        if self._session is not None:
+            self._session.kill()
+            self._session = None
+        else:
+            self.slot.kill_user_processes()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        super().close()
+        self.slot.remove()
+
+
+class DockerExecutor:
+    """One-shot commands (grading) in a fresh container from the paper's image."""
+
+    interpreter = INTERPRETER
+
+    def __init__(self, image: str, config: SandboxConfig) -> None:
+        self.image = image
+        self.config = config
+        self.docker = client()
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        timeout_s: float,
+        needles: tuple[str, ...] = (),
+        writable: Path | None = None,
+    ) -> ExecResult:
+        area = writable or cwd
+        chown_tree(area, UID, GID)
+        start = time.monotonic()
+        with docker_errors(f"starting a grading container from {self.image}"):
+            container = self.docker.containers.run(
+                self.image,
+                list(argv),
+                volumes={str(area): {"bind": str(area), "mode": "rw"}},
+                working_dir=str(cwd),
+                environment={
+                    **env,
+                    "PATH": f"{Path(INTERPRETER).parent}:/usr/local/bin:/usr/bin:/bin",
+                },
+                user=USER,
+                **_common(self.config.limits, "grading"),
+            )
+        timed_out = False
+        try:
+            with docker_errors("waiting for the grading container"):
+                try:
+                    status = container.wait(timeout=timeout_s)
+                    code = int(status.get("StatusCode", -1))
+                except Exception as exc:
+                    import requests.exceptions
+
+                    if not isinstance(exc, requests.exceptions.RequestException):
+                        raise
+                    timed_out = True
+                    container.kill()
+                    code = int(container.wait(timeout=60).get("StatusCode", -1))
+                out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+                err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+                container.reload()
+                oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
+        finally:
+            with contextlib.suppress(SandboxError), docker_errors("removing a grading container"):
+                container.remove(force=True)
+        limit = self.config.output_limit
+        found = tuple(n for n in needles if n in out or n in err)
+        signal_no = code - 128 if code > 128 else None
+        return ExecResult(
+            exit_code=None if signal_no else code,
+            signal=signal_no,
+            timed_out=timed_out,
+            stdout=_cap(out, limit),
+            stderr=_cap(err, limit),
+            duration_s=time.monotonic() - start,
+            found=found,
+            oom_killed=oom,
+        )
+
+
+def _cap(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters truncated ...]\n{text[-half:]}"
+
+
+def gc_containers(docker: Any, *, everything: bool = False) -> list[str]:
+    """Remove rcb-env containers whose owning process is gone (or all of ours)."""
+    host = os.uname().nodename
+    removed = []
+    with docker_errors("listing containers"):
+        containers = docker.containers.list(all=True, filters={"label": LABEL})
+    for c in containers:
+        owner = c.labels.get(LABEL_OWNER, "")
+        name, _, pid = owner.partition(":")
+        alive = name == host and pid.isdigit() and _pid_alive(int(pid))
+        if everything or not alive:
+            with contextlib.suppress(SandboxError), docker_errors("removing a container"):
+                c.remove(force=True)
+                removed.append(c.short_id)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

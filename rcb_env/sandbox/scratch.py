@@ -1,0 +1,94 @@
+"""Scratch folders (workspaces, grading copies, templates) on tmpfs, and the removal of those that
+a killed rcb-env process left behind. Each folder records its owner (host, pid and the process's
+start time, so a recycled pid is not mistaken for the owner)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+OWNER_FILE = ".rcb-owner"
+PREFIXES = ("rcb-bwrap-", "rcb-local-", "rcb-docker-", "rcb-grade-", "rcb-templates-")
+TRASH = "rcb-trash-"
+
+
+def _start_ticks(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 22 (starttime), counted after the parenthesised command name.
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _me() -> str:
+    return f"{os.uname().nodename} {os.getpid()} {_start_ticks(os.getpid())}"
+
+
+def make(prefix: str, parent: Path) -> Path:
+    """A new scratch folder owned by this process. It appears under its final name only once it
+    has an owner (it is built in the trash and renamed), so a kill at any point leaves either an
+    owned folder or trash, both of which :func:`sweep` handles."""
+    building = Path(tempfile.mkdtemp(prefix=f"{TRASH}{prefix}", dir=parent))
+    (building / OWNER_FILE).write_text(_me())
+    path = parent / building.name[len(TRASH) :]
+    building.rename(path)
+    return path
+
+
+def discard(path: Path) -> None:
+    """Delete a scratch folder. It is first renamed (atomically) into the trash, so a process
+    killed halfway through the deletion leaves something :func:`sweep` recognises."""
+    trash = path.with_name(f"{TRASH}{path.name}")
+    try:
+        path.rename(trash)
+    except OSError:
+        trash = path
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _alive(owner: str) -> bool:
+    parts = owner.split()
+    if len(parts) != 3 or parts[0] != os.uname().nodename or not parts[1].isdigit():
+        return True  # not ours to judge (another host sharing the folder, or unreadable)
+    return _start_ticks(int(parts[1])) == parts[2]
+
+
+def sweep(parent: Path, unowned_after_s: float = 3600.0) -> int:
+    """Remove scratch folders whose owning process is gone, and folders that never got an owner
+    (a kill between creating the folder and writing the owner) once they are ``unowned_after_s``
+    old. Returns how many."""
+    removed = 0
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return 0
+    for entry in entries:
+        if entry.name.startswith(TRASH) and entry.is_dir():
+            try:
+                if time.time() - entry.stat().st_mtime > 60:
+                    shutil.rmtree(entry, ignore_errors=True)
+                    removed += 1
+            except OSError:
+                pass
+            continue
+        if not entry.name.startswith(PREFIXES) or not entry.is_dir():
+            continue
+        try:
+            owner = (entry / OWNER_FILE).read_text()
+        except OSError:
+            try:
+                stale = time.time() - entry.stat().st_mtime > unowned_after_s
+            except OSError:
+                continue
+            if stale:
+                shutil.rmtree(entry, ignore_errors=True)
+                removed += 1
+            continue
+        if not _alive(owner):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed += 1
+    return removed
