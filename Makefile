@@ -12,8 +12,10 @@ check: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The docker tests need an engine: scripts/with-dockerd.sh uses a running one or starts a private
+# one for the duration of the run (and stops it by its pid).
 test: check
-	$(BIN)/pytest
+	bash scripts/with-dockerd.sh $(BIN)/pytest
 
 fmt:
 	$(BIN)/ruff format .

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install rcb-env and everything it needs. Idempotent; quick when nothing changed.
 #
-#   system packages (Debian/Ubuntu, as root): bubblewrap, python3-venv; the user rcb-sandbox
+#   system packages (Debian/Ubuntu, as root): bubblewrap, python3-venv, docker.io, mmdebstrap;
+#   the user rcb-sandbox
 #   .venv/                      rcb-env itself (editable) with its dev tools
 #   $RCB_ENV_HOME/task-venv/    the interpreter that runs task tests (numpy, torch==2.13.0),
 #                               outside any home folder so a sandbox user can read it
@@ -23,6 +24,10 @@ pip_in() { local py=$1; shift; "$py" -m pip "$@" 2> >(grep -v 'is ignored: it is
 # 1. System packages.
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+# A Docker engine for the docker backend (an existing one, e.g. docker-ce, is kept) and
+# mmdebstrap for base images built from Debian packages where no image registry is reachable.
+command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 "$TASK_PYTHON_BASE" -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

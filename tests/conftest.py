@@ -136,3 +136,42 @@ def bwrap_config(require_bwrap: None) -> SandboxConfig:
 def task_grading() -> GradingConfig:
     """Grading with the task interpreter (readable by the sandbox user)."""
     return GradingConfig(python=config.task_python(), timeout_s=60)
+
+
+DOCKER_BASE = os.environ.get("RCB_DOCKER_BASE", "rcb-env/debian-python:bookworm")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _must_have(what: str, reason: str) -> None:
+    if os.environ.get("CI") or os.environ.get("RCB_REQUIRE_DOCKER"):
+        pytest.fail(f"{what} is required here: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def docker_images() -> str:
+    """A Docker engine and the bundled numpy papers' images (built offline from wheels on a
+    Debian base made with mmdebstrap, unless RCB_DOCKER_BASE names another base). Skips without
+    an engine on a developer's machine; FAILS in CI."""
+    import subprocess
+
+    from rcb_env.sandbox import docker, images
+    from rcb_env.task import bundled_root, load
+
+    reason = docker.probe()
+    if reason is not None:
+        _must_have("a Docker engine", reason)
+    engine = docker.client()
+    if DOCKER_BASE == "rcb-env/debian-python:bookworm" and not images.image_exists(
+        engine, DOCKER_BASE
+    ):
+        subprocess.run(["bash", str(REPO / "sandbox" / "build-base.sh"), DOCKER_BASE], check=True)
+    wheels = config.rcb_home() / "cache" / "wheels"
+    cfg = images.ImageConfig(base=DOCKER_BASE, wheels=wheels)
+    pset = load(bundled_root())
+    for paper_id in NUMPY_PAPERS:
+        images.build(engine, pset.paper(paper_id), cfg)
+    return DOCKER_BASE
+
+
+NUMPY_PAPERS = ("adamw-warmup", "scaled-attention")

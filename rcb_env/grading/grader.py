@@ -31,6 +31,8 @@ log = get_logger(__name__)
 #: The official harness fails a run whose stdout or stderr contains any of these.
 OFFICIAL_ERROR_WORDS = ("Error:", "Exception:", "Traceback", "failed")
 RUNNER_SOURCE = Path(__file__).with_name("_runner.py")
+#: How the grading copy's location appears in reported output.
+GRADING_DIR = "/grading"
 _PASSTHROUGH_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "LANG", "LC_ALL", "TZ")
 _SKIP_DECORATORS = {"skip", "skipIf", "skipUnless", "expectedFailure"}
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError"}
@@ -376,18 +378,26 @@ class Grader:
                     official_pass=False,
                 )
             outcome, kind, detail, tests = classify(read_report(report), run, expected)
+            # The copy's random location means nothing to a reader and would make identical
+            # runs differ: report it as /grading.
+            where = str(workdir)
+
+            def stable(text: str) -> str:
+                return text.replace(where, GRADING_DIR)
+
+            tests = tuple(t.model_copy(update={"message": stable(t.message)}) for t in tests)
             return GradeResult(
                 snippet_id=snippet.id,
                 outcome=outcome,
                 kind=kind,
-                detail=detail,
+                detail=stable(detail),
                 official_pass=run.exit_code == 0 and not run.timed_out and not run.found,
                 tests=tests,
                 exit_code=run.exit_code,
                 timed_out=run.timed_out,
                 duration_s=round(run.duration_s, 4),
-                stdout=run.stdout,
-                stderr=run.stderr,
+                stdout=stable(run.stdout),
+                stderr=stable(run.stderr),
             )
         finally:
             scratch_dirs.discard(workdir)

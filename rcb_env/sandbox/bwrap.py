@@ -222,7 +222,8 @@ def bwrap_command(
         argv += ["--ro-bind", d, d]
     for src, dst in binds:
         argv += ["--bind", src, dst]
-    argv += ["--chdir", cwd, "--clearenv"]
+    # The sandbox's own root (bwrap's tmpfs) read-only too: only /tmp and the binds are writable.
+    argv += ["--remount-ro", "/", "--chdir", cwd, "--clearenv"]
     for k, v in env.items():
         argv += ["--setenv", k, v]
     return argv

@@ -132,7 +132,7 @@ class Slot:
     def kill_user_processes(self) -> None:
         """End everything the agent started (uid 1000); PID 1 (root) keeps the container up."""
         with contextlib.suppress(SandboxError), docker_errors("killing processes"):
-            self.container.exec_run(["kill", "-9", "-1"], user=USER)
+            self.container.exec_run(["sh", "-c", "kill -9 -1"], user=USER)
 
     def remove(self) -> None:
         with contextlib.suppress(SandboxError), docker_errors("removing a container"):

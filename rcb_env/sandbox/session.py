@@ -72,7 +72,11 @@ class ShellSession:
         self._buffer = b""
         # A command that runs `exit N` ends the shell; the trap still reports N.
         assert self._proc.stdin is not None
-        self._proc.stdin.write(f"trap 'echo __RCB_EXIT_{self._token} $?' EXIT\n".encode())
+        # It writes to fd 9, a copy of the shell's own stdout: when `exit` runs, the command's
+        # redirection of stdout is still in force.
+        self._proc.stdin.write(
+            f"exec 9>&1; trap 'echo __RCB_EXIT_{self._token} $? >&9' EXIT\n".encode()
+        )
         probe = self.run("true", timeout_s=30)
         if probe.exit_code != 0:
             self.kill()

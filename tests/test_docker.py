@@ -1,0 +1,129 @@
+"""Docker specifics: images (content, tags, no rebuild), leftovers, the warm pool, the CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rcb_env import config
+from rcb_env.results import read_records, summarize
+from rcb_env.sandbox import SandboxConfig, SandboxFactory, docker, images
+from rcb_env.sandbox.images import LABEL
+from rcb_env.task import bundled_root, load
+
+pytestmark = pytest.mark.slow
+
+
+def _ours(engine: Any) -> list[Any]:
+    found: list[Any] = engine.containers.list(all=True, filters={"label": LABEL})
+    return found
+
+
+def test_image_has_the_interpreter_and_deps_but_no_task_files(docker_images: str) -> None:
+    engine = docker.client()
+    paper = load(bundled_root()).paper("adamw-warmup")
+    tag = images.image_tag(paper, images.ImageConfig(base=docker_images))
+    script = (
+        "import numpy, os, sys; print(sys.executable, numpy.__version__);"
+        "names = [f for _, _, fs in os.walk('/') for f in fs];"
+        "print(sum(n in ('paper2code_test.py', 'optim_ref.py', 'optim.py') for n in names))"
+    )
+    out = engine.containers.run(tag, ["python", "-c", script], remove=True, network_mode="none")
+    exe, _version, count = out.decode().split()
+    assert exe == docker.INTERPRETER
+    assert count == "0"
+    image = engine.images.get(tag)
+    assert image.labels[LABEL] == "1"
+
+
+def test_an_up_to_date_image_is_not_rebuilt_and_tags_follow_content(docker_images: str) -> None:
+    engine = docker.client()
+    paper = load(bundled_root()).paper("adamw-warmup")
+    cfg = images.ImageConfig(base=docker_images)
+    start = time.monotonic()
+    tag, built = images.build(engine, paper, cfg)
+    assert not built
+    assert time.monotonic() - start < 5
+    other = images.image_tag(paper, images.ImageConfig(base="python:3.12-slim"))
+    assert other != tag
+    assert tag.startswith("rcb-env/paper-adamw-warmup:")
+
+
+def test_missing_image_is_a_clear_error(docker_images: str) -> None:
+    from rcb_env.errors import SandboxError
+
+    paper = load(bundled_root()).paper("rmsnorm-swiglu")  # torch: never built in CI
+    f = SandboxFactory(SandboxConfig(backend="docker", docker_base=docker_images))
+    try:
+        with pytest.raises(SandboxError, match="rcb-env images build"):
+            f.create(paper, paper.snippets[0])
+    finally:
+        f.close()
+
+
+def test_warm_pool_hands_out_started_containers(docker_images: str) -> None:
+    paper = load(bundled_root()).paper("adamw-warmup")
+    f = SandboxFactory(SandboxConfig(backend="docker", docker_base=docker_images, pool_size=2))
+    try:
+        f.warm([paper])
+        deadline = time.monotonic() + 60
+        engine = docker.client()
+        while time.monotonic() < deadline and len(_ours(engine)) < 2:
+            time.sleep(0.1)
+        with f.create(paper, paper.snippet("bias correction")) as sb:
+            assert sb.exec("echo pooled").stdout == "pooled\n"
+    finally:
+        f.close()
+    mine = docker.owner_label()
+    assert all(c.labels.get(docker.LABEL_OWNER) != mine for c in _ours(docker.client()))
+
+
+def _eval(*args: str) -> list[str]:
+    return [sys.executable, "-m", "rcb_env", *args]
+
+
+def test_cli_eval_docker_scores_and_leaves_nothing_even_after_sigkill(
+    docker_images: str, tmp_path: Path
+) -> None:
+    env = {**os.environ, "RCB_TASK_PYTHON": str(config.task_python())}
+    common = ["--sandbox", "docker", "--base", docker_images, "--paper", "adamw-warmup"]
+    engine = docker.client()
+    results = {}
+    for agent in ("oracle", "null"):
+        run = tmp_path / agent
+        subprocess.run(
+            _eval("eval", "--agent", agent, *common, "--resume", str(run)),
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+        s = summarize(read_records(run / "episodes.jsonl"))
+        assert s.overall is not None
+        results[agent] = (s.overall.scaled, s.infra_errors)
+    assert results == {"oracle": (100.0, 0), "null": (0.0, 0)}
+    assert _ours(engine) == []
+    # Killed in the middle of a run: containers stay until `images gc`.
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(
+        _eval("eval", "--agent", "oracle", *common, "--jobs", "2", "--resume", str(killed)),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _ours(engine):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    subprocess.run(
+        _eval("images", "gc", "--base", docker_images), env=env, check=True, capture_output=True
+    )
+    assert _ours(engine) == []
