@@ -18,6 +18,7 @@ from rcb_env.grading import GradingConfig
 from rcb_env.runner import EvalConfig, run_episode
 from rcb_env.sandbox import Limits, Sandbox, SandboxConfig, SandboxFactory
 from rcb_env.task import Paper, bundled_root, load
+from tests.conftest import live_processes
 
 pytestmark = pytest.mark.slow
 BACKENDS = ["local", "bwrap", "docker"]
@@ -66,17 +67,6 @@ def isolated(isolating: SandboxFactory, paper: Paper) -> Iterator[Sandbox]:
     sb.close()
 
 
-def _host_pids(marker: str) -> list[str]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if marker in (proc / "cmdline").read_bytes().decode(errors="replace"):
-                found.append(proc.name)
-        except OSError:
-            continue
-    return found
-
-
 def test_exit_codes_and_streams(sandbox: Sandbox) -> None:
     r = sandbox.exec("echo out; echo err >&2; false")
     assert (r.exit_code, r.stdout, r.stderr) == (1, "out\n", "err\n")
@@ -97,7 +87,7 @@ def test_timeout_kills_the_whole_process_tree(sandbox: Sandbox) -> None:
     assert r.timed_out
     assert r.exit_code is None
     for marker in ("321.5", "322.5", "323.5"):
-        assert _host_pids(f"sleep\x00{marker}") == [], marker
+        assert live_processes(f"sleep\x00{marker}") == [], marker
     assert sandbox.exec("echo ok").stdout == "ok\n"
 
 
@@ -128,7 +118,7 @@ def test_reset_restores_the_pristine_workspace(sandbox: Sandbox) -> None:
     sandbox.reset()
     assert sandbox.read_file("optim.py") == before
     assert sandbox.changed_files() == []
-    assert _host_pids("sleep\x00456.5") == []
+    assert live_processes("sleep\x00456.5") == []
     assert sandbox.exec("ls extra.txt").exit_code != 0
 
 
@@ -148,7 +138,7 @@ def test_no_network(isolated: Sandbox) -> None:
 
 
 def test_system_paths_are_read_only(isolated: Sandbox) -> None:
-    r = isolated.exec("touch /usr/rcb-evil /etc/rcb-evil /opt/rcb-evil 2>&1; echo done")
+    r = isolated.exec("touch /usr/rcb-evil /etc/rcb-evil /rcb-evil 2>&1; echo done")
     assert r.stdout.count("Read-only file system") == 3
     assert not Path("/usr/rcb-evil").exists()
 

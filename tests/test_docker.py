@@ -127,3 +127,15 @@ def test_cli_eval_docker_scores_and_leaves_nothing_even_after_sigkill(
         _eval("images", "gc", "--base", docker_images), env=env, check=True, capture_output=True
     )
     assert _ours(engine) == []
+
+
+def test_an_unreachable_engine_is_a_clear_sandbox_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from rcb_env.errors import SandboxError
+    from rcb_env.sandbox import resolve_backend
+
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    assert docker.probe() is not None
+    with pytest.raises(SandboxError, match="no engine answers"):
+        resolve_backend("docker")

@@ -16,7 +16,7 @@ from rcb_env.grading import FailureKind, Grader, GradingConfig, Outcome, TestSta
 from rcb_env.grading.grader import expected_tests
 from rcb_env.sandbox.base import ExecResult
 from rcb_env.task import Paper, load
-from tests.conftest import MATH_TEST, math_files, write_paper, write_pset
+from tests.conftest import MATH_TEST, live_processes, math_files, write_paper, write_pset
 
 pytestmark = pytest.mark.slow
 
@@ -147,13 +147,7 @@ def test_processes_left_behind_are_killed(paper: Paper, grader: Grader) -> None:
         paper.snippet("variance").reference_body
     )
     grader.grade(paper, paper.snippet("variance"), body)
-    survivors = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if marker in (proc / "cmdline").read_bytes().decode(errors="replace"):
-                survivors.append(proc.name)
-        except OSError:
-            continue
+    survivors = live_processes(marker)
     assert survivors == []
 
 

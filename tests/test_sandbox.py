@@ -12,7 +12,7 @@ import pytest
 from rcb_env.sandbox import Limits, Sandbox, SandboxConfig, SandboxFactory
 from rcb_env.sandbox.bwrap import CGROUP_PARENT, CGROUP_ROOT, BwrapSandbox, sweep_cgroups
 from rcb_env.task import Paper, load
-from tests.conftest import math_files, write_paper, write_pset
+from tests.conftest import live_processes, math_files, write_paper, write_pset
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
@@ -35,17 +35,6 @@ def sandbox(factory: SandboxFactory, paper: Paper) -> Iterator[Sandbox]:
     sb = factory.create(paper, paper.snippet("variance"))
     yield sb
     sb.close()
-
-
-def _pids_with(marker: str) -> list[str]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if marker in (proc / "cmdline").read_bytes().decode(errors="replace"):
-                found.append(proc.name)
-        except OSError:
-            continue
-    return found
 
 
 def test_runs_as_unprivileged_user_in_workspace_with_persistent_state(sandbox: Sandbox) -> None:
@@ -102,7 +91,7 @@ def test_command_timeout_kills_and_restarts_the_shell(sandbox: Sandbox) -> None:
     r = sandbox.exec("sleep 600", timeout_s=1)
     assert r.timed_out
     assert time.monotonic() - start < 15
-    assert _pids_with("sleep 600") == []
+    assert live_processes("sleep 600") == []
     assert sandbox.exec("echo alive").stdout.strip() == "alive"
 
 
@@ -124,10 +113,10 @@ def test_process_limit_stops_fork_bombs(paper: Paper, bwrap_config: SandboxConfi
     f = SandboxFactory(cfg)
     with f.create(paper, paper.snippet("variance")) as sb:
         r = sb.exec("for i in $(seq 200); do sleep 77.5 & done 2>&1; jobs | wc -l", timeout_s=30)
-        started = len(_pids_with("77.5"))
+        started = len(live_processes("77.5", settle_s=0))
         assert started < 200
         assert "fork" in r.stdout.lower() or "resource" in r.stdout.lower()
-    assert _pids_with("77.5") == []
+    assert live_processes("77.5") == []
     f.close()
 
 
@@ -139,7 +128,7 @@ def test_reset_restores_the_pristine_workspace_and_ends_processes(sandbox: Sandb
     sandbox.reset()
     assert sandbox.read_file("stats.py") == original
     assert sandbox.changed_files() == []
-    assert _pids_with("sleep 555") == []
+    assert live_processes("sleep 555") == []
 
 
 def test_close_removes_everything(factory: SandboxFactory, paper: Paper) -> None:
@@ -150,7 +139,7 @@ def test_close_removes_everything(factory: SandboxFactory, paper: Paper) -> None
     groups = list(sb._group.dirs) if sb._group is not None else []
     sb.close()
     assert not root.exists()
-    assert _pids_with("sleep 444") == []
+    assert live_processes("sleep 444") == []
     assert not any(g.exists() for g in groups)
 
 
