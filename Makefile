@@ -22,7 +22,7 @@ fmt:
 	$(BIN)/ruff check --fix .
 
 bench: install
-	$(BIN)/python benchmarks/bench_grading.py
+	$(BIN)/python -m benchmarks.bench_grading
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

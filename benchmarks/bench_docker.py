@@ -6,7 +6,7 @@
 - grading: a reference graded in a fresh container vs a fresh bwrap sandbox
 
 Needs an engine and the bundled numpy papers' images (``rcb-env images build``). Run by hand:
-``.venv/bin/python benchmarks/bench_docker.py --base rcb-env/debian-python:bookworm``
+``.venv/bin/python -m benchmarks.bench_docker --base rcb-env/debian-python:bookworm``
 (with DOCKER_HOST pointing at the engine).
 Goals (issue 4): reset <= 300 ms cold, <= 50 ms warm; exec overhead <= 120 ms.
 """
@@ -14,28 +14,13 @@ Goals (issue 4): reset <= 300 ms cold, <= 50 ms warm; exec overhead <= 120 ms.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
-from collections.abc import Callable
 from functools import partial
-from typing import Any
 
+from benchmarks._timing import p50, timed
 from rcb_env import SandboxConfig, SandboxFactory, config
 from rcb_env.grading import Grader, GradingConfig
 from rcb_env.task import Paper, Snippet, bundled_root, load
-
-
-def timed(fn: Callable[[], Any], n: int) -> list[float]:
-    out = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t) * 1000)
-    return out
-
-
-def p50(xs: list[float]) -> float:
-    return statistics.median(xs)
 
 
 def _open_close(f: SandboxFactory, paper: Paper, snippet: Snippet) -> None:

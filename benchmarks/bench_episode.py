@@ -6,7 +6,7 @@
   in place (``python paper2code_test.py`` in an already prepared folder)
 - eval: ``rcb-env eval --agent oracle`` over all bundled snippets at --jobs 1 and --jobs 2
 
-Run by hand: ``.venv/bin/python benchmarks/bench_episode.py [--repeat 30]``. Goals (issue 3):
+Run by hand: ``.venv/bin/python -m benchmarks.bench_episode [--repeat 30]``. Goals (issue 3):
 reset <= 20 ms p50, non-test step <= 5 ms p50, grading <= 1.1x bare.
 """
 
@@ -14,31 +14,17 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks._timing import p50, timed
 from rcb_env import EnvConfig, RcbEnv, SandboxConfig, SandboxFactory, config
 from rcb_env.grading import Grader, GradingConfig
 from rcb_env.runner import EvalConfig, run_eval
 from rcb_env.task import Paper, Snippet, bundled_root, load
-
-
-def timed(fn: Callable[[], Any], n: int) -> list[float]:
-    out = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t) * 1000)
-    return out
-
-
-def p50(xs: list[float]) -> float:
-    return statistics.median(xs)
 
 
 def main() -> None:

@@ -4,7 +4,7 @@
    folder per paper (tree copied over it each time), the file rewritten, ``python test.py``.
 2. "rcb-env": our Grader (fresh tmpfs copy per grading, our runner, limits) at --jobs 1 and 2.
 
-Run by hand (not in CI): ``.venv/bin/python benchmarks/bench_grading.py [--rounds 3]``.
+Run by hand (not in CI): ``.venv/bin/python -m benchmarks.bench_grading [--rounds 3]``.
 The machine is shared and noisy, so only ratios measured in the same run mean anything.
 """
 

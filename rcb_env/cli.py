@@ -50,6 +50,19 @@ def _shown(path: Path | str) -> str:
         return str(path)
 
 
+def _progress(label: str) -> Progress:
+    """A transient progress bar on stderr: label, bar, n/total, elapsed, current item."""
+    return Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=err,
+        transient=True,
+    )
+
+
 def _print_failures(p: Pset) -> None:
     for f in p.failures:
         err.print(
@@ -207,15 +220,7 @@ def validate_cmd(
     _print_failures(loaded)
     cfg = GradingConfig() if timeout is None else GradingConfig(timeout_s=timeout)
     grader = Grader(cfg)
-    with Progress(
-        TextColumn("validating"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.description}"),
-        console=err,
-        transient=True,
-    ) as progress:
+    with _progress("validating") as progress:
         bar = progress.add_task("", total=planned_runs(loaded, repeat))
         report = validate(
             loaded,
@@ -347,15 +352,7 @@ def eval_cmd(
         budgets=BudgetConfig(max_steps=max_steps, max_wall_s=max_wall),
     )
     run_dir = resume if resume is not None else new_run_dir(runs_dir)
-    with Progress(
-        TextColumn("episodes"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.description}"),
-        console=err,
-        transient=True,
-    ) as progress:
+    with _progress("episodes") as progress:
         bar = progress.add_task("", total=None)
         summary = run_eval(
             loaded,
