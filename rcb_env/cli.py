@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 import click
+from rcb_agents.models import ModelConfig
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -20,6 +21,7 @@ from rcb_env.episode.env import EnvConfig
 from rcb_env.errors import RcbError
 from rcb_env.grading.grader import Grader, GradingConfig
 from rcb_env.results import Rates, Summary, read_records, summarize
+from rcb_env.results.compare import compare
 from rcb_env.runner import BudgetConfig, EvalConfig, new_run_dir, run_eval
 from rcb_env.sandbox import BackendName, SandboxConfig
 from rcb_env.task import loader
@@ -321,6 +323,16 @@ def _validation_table(report: ValidationReport) -> None:
     "--paper-in-prompt", type=click.Choice(["full", "outline"]), default="full", show_default=True
 )
 @click.option("--timeout", type=float, help="Seconds per grading run (default 300).")
+@click.option("--model", help="For single-shot/tools: openai:<model> or anthropic:<model>.")
+@click.option("--base-url", help="OpenAI-compatible or Anthropic endpoint (vLLM, a local server).")
+@click.option("--temperature", type=float, help="Sampling temperature (default: provider's).")
+@click.option("--max-tokens", type=int, help="Token budget per episode.")
+@click.option("--max-cost", type=float, help="Cost budget per episode (USD, from --prices).")
+@click.option("--prices", type=click.Path(dir_okay=False, path_type=Path), help="JSON price table.")
+@click.option("--cache", type=click.Path(file_okay=False, path_type=Path), help="Response cache.")
+@click.option("--concurrency", default=4, show_default=True, help="Model requests in flight.")
+@click.option("--no-paper", is_flag=True, help="single-shot: leave the paper out (ablation).")
+@click.option("--logprobs", is_flag=True, help="Ask the server for token log-probabilities.")
 def eval_cmd(
     agent: str,
     pset: Path | None,
@@ -337,19 +349,44 @@ def eval_cmd(
     timeout: float | None,
     base: str | None,
     pool: int,
+    model: str | None,
+    base_url: str | None,
+    temperature: float | None,
+    max_tokens: int | None,
+    max_cost: float | None,
+    prices: Path | None,
+    cache: Path | None,
+    concurrency: int,
+    no_paper: bool,
+    logprobs: bool,
 ) -> None:
     """Run an agent on every snippet; records go to runs/<id>/episodes.jsonl."""
     loaded = _load(pset, papers)
     _print_failures(loaded)
+    model_cfg = None
+    if model is not None:
+        model_cfg = ModelConfig(
+            spec=model,
+            base_url=base_url,
+            temperature=temperature,
+            concurrency=concurrency,
+            cache_dir=cache,
+            prices=prices,
+            logprobs=logprobs,
+        )
     cfg = EvalConfig(
         agent=agent,
+        model=model_cfg,
+        with_paper=not no_paper,
         samples=samples,
         env=EnvConfig(test_feedback=test_feedback, paper_in_prompt=paper_in_prompt),
         sandbox=SandboxConfig(backend=sandbox, pool_size=pool)
         if base is None
         else SandboxConfig(backend=sandbox, pool_size=pool, docker_base=base),
         grading=GradingConfig() if timeout is None else GradingConfig(timeout_s=timeout),
-        budgets=BudgetConfig(max_steps=max_steps, max_wall_s=max_wall),
+        budgets=BudgetConfig(
+            max_steps=max_steps, max_wall_s=max_wall, max_tokens=max_tokens, max_cost=max_cost
+        ),
     )
     run_dir = resume if resume is not None else new_run_dir(runs_dir)
     with _progress("episodes") as progress:
@@ -379,6 +416,52 @@ def summary(run_dir: Path, as_json: bool) -> None:
         out.print_json(s.model_dump_json())
     else:
         _summary_table(s, _shown(run_dir))
+
+
+@cli.command(name="compare")
+@click.argument(
+    "run_dirs",
+    nargs=-1,
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+)
+@click.option("--force", is_flag=True, help="Compare runs with different tasks or budgets anyway.")
+def compare_cmd(run_dirs: tuple[Path, ...], force: bool) -> None:
+    """Runs side by side: pass rates (± std), tokens, cost, steps, time, infra errors."""
+    rows = compare(list(run_dirs), force=force)
+    table = Table(title="Comparison")
+    table.add_column("run", no_wrap=True)
+    table.add_column("agent")
+    for col in ("scaled %", "plain %", "episodes", "tokens", "cost $", "steps", "wall s", "infra"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        o = r.summary.overall
+        std = r.summary.samples > 1
+        table.add_row(
+            r.run,
+            r.agent,
+            "-" if o is None else f"{o.scaled:.2f}" + (f" ± {o.scaled_std:.2f}" if std else ""),
+            "-" if o is None else f"{o.plain:.2f}" + (f" ± {o.plain_std:.2f}" if std else ""),
+            str(r.summary.episodes),
+            str(r.tokens),
+            f"{r.cost:.4f}",
+            f"{r.mean_steps:.1f}",
+            f"{r.mean_wall_s:.1f}",
+            str(r.summary.infra_errors),
+        )
+    out.print(table)
+    papers = sorted({p for r in rows for p in r.summary.per_paper})
+    per_paper = Table(title="Scaled pass rate per paper")
+    per_paper.add_column("paper", no_wrap=True)
+    for r in rows:
+        per_paper.add_column(r.run, justify="right")
+    for p in papers:
+        cells = []
+        for r in rows:
+            rates = r.summary.per_paper.get(p)
+            cells.append("-" if rates is None else f"{rates.scaled:.2f}")
+        per_paper.add_row(p, *cells)
+    out.print(per_paper)
 
 
 def _summary_table(s: Summary, title: str) -> None:

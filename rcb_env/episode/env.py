@@ -224,6 +224,7 @@ class RcbEnv(gym.Env[str, Any]):
             "snippet_id": self.snippet.id,
             "paper_id": self.paper.id,
             "file": self.snippet.file,
+            "context_files": list(self.paper.context_files),
             "todo_block": self.snippet.todo_body(),
             "episode_id": self.episode_id,
             "weight": self.snippet.weight,

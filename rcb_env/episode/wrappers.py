@@ -22,18 +22,22 @@ class Budgets(gym.Wrapper[str, Any, str, Any]):
         max_steps: int | None = None,
         max_wall_s: float | None = None,
         max_tokens: int | None = None,
+        max_cost: float | None = None,
     ) -> None:
         super().__init__(env)
         self.max_steps = max_steps
         self.max_wall_s = max_wall_s
         self.max_tokens = max_tokens
+        self.max_cost = max_cost
         self.steps = 0
         self.tokens = 0
+        self.cost = 0.0
         self.started = time.monotonic()
 
-    def charge_tokens(self, n: int) -> None:
-        """Count model tokens spent on this episode (called by the agent loop)."""
+    def charge_tokens(self, n: int, cost: float = 0.0) -> None:
+        """Count model tokens (and their cost) spent on this episode (called by the agent loop)."""
         self.tokens += n
+        self.cost += cost
 
     def remaining(self) -> dict[str, float | None]:
         elapsed = time.monotonic() - self.started
@@ -41,11 +45,12 @@ class Budgets(gym.Wrapper[str, Any, str, Any]):
             "steps": None if self.max_steps is None else self.max_steps - self.steps,
             "wall_s": None if self.max_wall_s is None else round(self.max_wall_s - elapsed, 3),
             "tokens": None if self.max_tokens is None else self.max_tokens - self.tokens,
+            "cost": None if self.max_cost is None else round(self.max_cost - self.cost, 6),
         }
 
     def exhausted(self) -> str | None:
         left = self.remaining()
-        for name in ("steps", "wall_s", "tokens"):
+        for name in ("steps", "wall_s", "tokens", "cost"):
             value = left[name]
             if value is not None and value <= 0:
                 return name
@@ -56,6 +61,7 @@ class Budgets(gym.Wrapper[str, Any, str, Any]):
     ) -> tuple[str, dict[str, Any]]:
         self.steps = 0
         self.tokens = 0
+        self.cost = 0.0
         self.started = time.monotonic()
         obs, info = self.env.reset(seed=seed, options=options)
         info["budgets"] = self.remaining()

@@ -84,6 +84,13 @@ class EpisodeRecord(BaseModel):
     """The agent changed files or lines outside the masked block (ignored for grading)."""
     grade: GradeResult | None = None
     infra_error: InfraError | None = None
+    model_calls: list[dict[str, Any]] = []
+    """Every model call: request size, response, usage, cost, latency, retries, cache hit, and
+    token log-probabilities when the server returned them."""
+    tokens: int = 0
+    """Model tokens charged to the episode's budget."""
+    cost: float = 0.0
+    """Model cost (USD, from the run's price table)."""
     started_at: float
     """Unix time."""
     duration_s: float

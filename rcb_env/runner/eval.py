@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from rcb_agents import Agent, NullAgent, OracleAgent, load_agent_class
+from rcb_agents.llm import SingleShotAgent, ToolsAgent
+from rcb_agents.models import ModelConfig, ProviderError, make_model
 
 from rcb_env.episode.env import EnvConfig, RcbEnv
 from rcb_env.episode.wrappers import Budgets
@@ -50,6 +52,7 @@ class BudgetConfig(BaseModel):
     max_steps: int | None = 50
     max_wall_s: float | None = 1800.0
     max_tokens: int | None = None
+    max_cost: float | None = None
 
 
 class EvalConfig(BaseModel):
@@ -58,7 +61,11 @@ class EvalConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     agent: str
-    """Built-in agent name or ``package.module:Class``."""
+    """Built-in agent name (oracle, null, single-shot, tools) or ``package.module:Class``."""
+    model: ModelConfig | None = None
+    """For the LLM agents: which model, where, and how it is called."""
+    with_paper: bool = True
+    """single-shot: include the paper (False is the paper's "without paper" ablation)."""
     samples: int = 1
     """Episodes per snippet."""
     env: EnvConfig = EnvConfig()
@@ -72,8 +79,20 @@ def task_hash(snippet: Snippet) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def agent_factory(spec: str, pset: Pset) -> Callable[[], Agent]:
+def agent_factory(cfg: EvalConfig, pset: Pset) -> Callable[[], Agent]:
     """A fresh agent per episode. Raises ConfigError for an unknown or broken spec."""
+    spec = cfg.agent
+    if spec in ("single-shot", "tools"):
+        if cfg.model is None:
+            raise ConfigError(f"agent {spec} needs --model provider:name")
+        model_cfg = cfg.model
+        try:
+            make_model(model_cfg)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if spec == "tools":
+            return lambda: ToolsAgent(make_model(model_cfg))
+        return lambda: SingleShotAgent(make_model(model_cfg), with_paper=cfg.with_paper)
     if spec == "oracle":
         answers = {s.id: s.reference_body for s in pset.snippets}
         return lambda: OracleAgent(answers)
@@ -116,6 +135,8 @@ def run_episode(
     inner = RcbEnv(paper, snippet, cfg.env, grading_config=cfg.grading, factory=factory)
     env = Budgets(inner, **cfg.budgets.model_dump())
     stage = "sandbox"
+    spent = getattr(agent, "spent", None)
+    charged = (0, 0.0)
     try:
         obs, info = env.reset(options={"episode_id": episode_id})
         initial = obs
@@ -125,6 +146,10 @@ def run_episode(
         while not (terminated or truncated):
             stage = "agent"
             action = agent.act(obs, info)
+            if spent is not None:
+                tokens, cost = spent()
+                env.charge_tokens(tokens - charged[0], cost - charged[1])
+                charged = (tokens, cost)
             stage = "sandbox"
             s0 = time.monotonic()
             obs, reward, terminated, truncated, info = env.step(action)
@@ -140,6 +165,8 @@ def run_episode(
         stage = "agent"
         agent.end(info)
         final = inner.final or {}
+    except ProviderError as exc:
+        infra = InfraError(stage="model", type=type(exc).__name__, message=str(exc)[:2000])
     except (SandboxError, GradingError, OSError) as exc:
         infra = InfraError(stage=stage, type=type(exc).__name__, message=str(exc)[:2000])
     except Exception as exc:  # an agent's failure must not take the run down
@@ -148,6 +175,7 @@ def run_episode(
         infra = InfraError(stage="agent", type=type(exc).__name__, message=str(exc)[:2000])
     finally:
         env.close()
+    drain = getattr(agent, "drain_calls", list)
     if infra is None and final.get("infra_error"):
         infra = InfraError.model_validate(final["infra_error"])
     grade = GradeResult.model_validate(final["grade"]) if "grade" in final else None
@@ -180,6 +208,9 @@ def run_episode(
         outside_edits=bool(final.get("outside_edits", False)),
         grade=grade,
         infra_error=infra,
+        model_calls=[c.model_dump(mode="json") for c in drain()],
+        tokens=env.tokens,
+        cost=round(env.cost, 6),
         started_at=started_at,
         duration_s=round(time.monotonic() - t0, 3),
     )
@@ -253,7 +284,7 @@ def run_eval(
     ]
     if on_plan is not None:
         on_plan(len(todo))
-    make_agent = agent_factory(cfg.agent, pset)
+    make_agent = agent_factory(cfg, pset)
     factory = SandboxFactory(cfg.sandbox)
     writer = RecordLog(records_path).open()
     try:

@@ -1,0 +1,217 @@
+"""A scripted model server on 127.0.0.1 that speaks the OpenAI chat-completions and the Anthropic
+messages wire formats, so the real SDK clients can be tested end to end without a network.
+
+Each request consumes the next item of the script: a :class:`Reply` (text, tool calls, usage) or
+a :class:`Fault` (an HTTP error with optional ``Retry-After``, or a delay before the next item).
+Every request is recorded (path and JSON body) and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Reply(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str = ""
+    tool_calls: tuple[tuple[str, str | dict[str, Any]], ...] = ()
+    """(name, arguments); a string is sent as is, so it may be malformed JSON on purpose."""
+    input_tokens: int = 100
+    output_tokens: int = 20
+    cached_tokens: int = 0
+    logprobs: tuple[float, ...] = ()
+    """OpenAI format only: per-token log-probabilities to return (as vLLM can)."""
+
+
+class Fault(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    status: int = 0
+    """HTTP status to answer with (0: none, only the delay)."""
+    retry_after: float | None = None
+    delay_s: float = 0.0
+    """Sleep before answering (with the status, or with the next item if status is 0)."""
+    message: str = "scripted fault"
+
+
+class ScriptedModelServer:
+    def __init__(self, script: Iterable[Reply | Fault] = ()) -> None:
+        self.script: list[Reply | Fault] = list(script)
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    @property
+    def openai_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def __enter__(self) -> ScriptedModelServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def extend(self, items: Iterable[Reply | Fault]) -> None:
+        with self._lock:
+            self.script.extend(items)
+
+    def _next(self) -> Reply | Fault | None:
+        with self._lock:
+            return self.script.pop(0) if self.script else None
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                with server._lock:
+                    server.requests.append((self.path, body))
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    self._answer(body)
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+            def _answer(self, body: dict[str, Any]) -> None:
+                anthropic = self.path.rstrip("/").endswith("/messages")
+                item = server._next()
+                while isinstance(item, Fault) and item.status == 0:
+                    time.sleep(item.delay_s)
+                    item = server._next()
+                if isinstance(item, Fault):
+                    time.sleep(item.delay_s)
+                    self._error(item, anthropic)
+                    return
+                reply = item or Reply(text="(script exhausted)")
+                payload = _anthropic(reply, body) if anthropic else _openai(reply, body)
+                self._send(200, payload)
+
+            def _error(self, fault: Fault, anthropic: bool) -> None:
+                kind = {429: "rate_limit_error", 529: "overloaded_error"}.get(
+                    fault.status, "api_error"
+                )
+                payload = (
+                    {"type": "error", "error": {"type": kind, "message": fault.message}}
+                    if anthropic
+                    else {"error": {"message": fault.message, "type": kind, "code": None}}
+                )
+                headers = (
+                    {} if fault.retry_after is None else {"retry-after": f"{fault.retry_after:g}"}
+                )
+                self._send(fault.status, payload, headers)
+
+            def _send(
+                self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler
+
+
+def _args(arguments: str | dict[str, Any]) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def _openai(reply: Reply, request: dict[str, Any]) -> dict[str, Any]:
+    calls = [
+        {
+            "id": f"call_{uuid.uuid4().hex[:8]}",
+            "type": "function",
+            "function": {"name": n, "arguments": _args(a)},
+        }
+        for n, a in reply.tool_calls
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+    if calls:
+        message["tool_calls"] = calls
+    choice: dict[str, Any] = {
+        "index": 0,
+        "message": message,
+        "finish_reason": "tool_calls" if calls else "stop",
+    }
+    if reply.logprobs:
+        choice["logprobs"] = {
+            "content": [
+                {"token": f"t{i}", "logprob": lp, "bytes": None, "top_logprobs": []}
+                for i, lp in enumerate(reply.logprobs)
+            ]
+        }
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:8]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request.get("model", "scripted"),
+        "choices": [choice],
+        "usage": {
+            "prompt_tokens": reply.input_tokens,
+            "completion_tokens": reply.output_tokens,
+            "total_tokens": reply.input_tokens + reply.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": reply.cached_tokens},
+        },
+    }
+
+
+def _anthropic(reply: Reply, request: dict[str, Any]) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    if reply.text:
+        content.append({"type": "text", "text": reply.text})
+    for name, arguments in reply.tool_calls:
+        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+        content.append(
+            {
+                "type": "tool_use",
+                "id": f"toolu_{uuid.uuid4().hex[:8]}",
+                "name": name,
+                "input": parsed,
+            }
+        )
+    return {
+        "id": f"msg_{uuid.uuid4().hex[:8]}",
+        "type": "message",
+        "role": "assistant",
+        "model": request.get("model", "scripted"),
+        "content": content,
+        "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": reply.input_tokens - reply.cached_tokens,
+            "output_tokens": reply.output_tokens,
+            "cache_read_input_tokens": reply.cached_tokens,
+            "cache_creation_input_tokens": 0,
+        },
+    }
