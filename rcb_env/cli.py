@@ -26,7 +26,7 @@ from rcb_env.runner import BudgetConfig, EvalConfig, new_run_dir, run_eval
 from rcb_env.sandbox import BackendName, SandboxConfig
 from rcb_env.task import loader
 from rcb_env.task.models import DateField, Paper, Pset
-from rcb_env.task.selection import select_papers
+from rcb_env.task.selection import select_papers, select_snippets
 from rcb_env.tools.toolbox import Feedback
 from rcb_env.validation.validate import Status, ValidationReport, planned_runs, validate
 
@@ -38,9 +38,13 @@ for _console in (out, err):
         _console.width = 140
 
 
-def _load(pset: Path | None, papers: tuple[str, ...]) -> Pset:
+def _load(pset: Path | None, papers: tuple[str, ...], snippets: tuple[str, ...] = ()) -> Pset:
     root = pset if pset is not None else loader.bundled_root()
-    return loader.load(root, papers=set(papers) if papers else None)
+    loaded = loader.load(root, papers=set(papers) if papers else None)
+    try:
+        return select_snippets(loaded, snippets)
+    except KeyError as exc:
+        raise click.UsageError(str(exc.args[0])) from None
 
 
 def _shown(path: Path | str) -> str:
@@ -87,6 +91,9 @@ pset_option = click.option(
 )
 paper_option = click.option(
     "--paper", "papers", multiple=True, help="Only this paper (repeatable)."
+)
+snippet_option = click.option(
+    "--snippet", "snippets", multiple=True, help="Only this snippet: <paper>/<name> or <name>."
 )
 
 
@@ -290,9 +297,12 @@ def _validation_table(report: ValidationReport) -> None:
 
 
 @cli.command(name="eval")
-@click.option("--agent", required=True, help="oracle, null, or package.module:Class.")
+@click.option(
+    "--agent", required=True, help="oracle, null, single-shot, tools, or package.module:Class."
+)
 @pset_option
 @paper_option
+@snippet_option
 @click.option("--jobs", default=1, show_default=True, help="Episodes in parallel.")
 @click.option("--samples", default=1, show_default=True, help="Episodes per snippet.")
 @click.option(
@@ -337,6 +347,7 @@ def eval_cmd(
     agent: str,
     pset: Path | None,
     papers: tuple[str, ...],
+    snippets: tuple[str, ...],
     jobs: int,
     samples: int,
     sandbox: BackendName,
@@ -361,7 +372,7 @@ def eval_cmd(
     logprobs: bool,
 ) -> None:
     """Run an agent on every snippet; records go to runs/<id>/episodes.jsonl."""
-    loaded = _load(pset, papers)
+    loaded = _load(pset, papers, snippets)
     _print_failures(loaded)
     model_cfg = None
     if model is not None:

@@ -32,3 +32,26 @@ def select_papers(
             continue
         kept.append(p)
     return pset.model_copy(update={"papers": tuple(kept)})
+
+
+def select_snippets(pset: Pset, ids: tuple[str, ...]) -> Pset:
+    """Only the named snippets (``<paper>/<name>`` or a bare name); the others' papers drop out.
+
+    Raises:
+        KeyError: a name matches no snippet.
+    """
+    if not ids:
+        return pset
+    wanted = set(ids)
+    papers = []
+    for p in pset.papers:
+        kept = tuple(s for s in p.snippets if s.id in wanted or s.name in wanted)
+        if kept:
+            papers.append(p.model_copy(update={"snippets": kept}))
+    found = {s.id for p in papers for s in p.snippets} | {
+        s.name for p in papers for s in p.snippets
+    }
+    missing = sorted(wanted - found)
+    if missing:
+        raise KeyError(f"no snippet named {', '.join(missing)}")
+    return pset.model_copy(update={"papers": tuple(papers)})

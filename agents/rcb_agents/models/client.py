@@ -154,9 +154,9 @@ class ChatModel(ABC):
     def _cache_path(self, body: str) -> Path | None:
         if self.config.cache_dir is None:
             return None
-        key = hashlib.sha256(
-            f"{self.provider}\n{self.config.base_url}\n{body}".encode()
-        ).hexdigest()
+        # Provider and full request body (model, messages, tools, sampling); not the endpoint's
+        # address, which may change between runs (a local server's port).
+        key = hashlib.sha256(f"{self.provider}\n{body}".encode()).hexdigest()
         return self.config.cache_dir / key[:2] / f"{key}.json"
 
     def _cache_get(self, body: str) -> Completion | None:

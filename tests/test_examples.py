@@ -1,0 +1,31 @@
+"""The examples in examples/ run as written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
+
+
+@pytest.mark.parametrize(
+    ("script", "expect"),
+    [
+        ("custom_agent.py", "reward 2.0 of weight 2"),
+        ("tools_agent_local_server.py", "scaled pass rate 100.00 with 4 model calls"),
+    ],
+)
+def test_example_runs(script: str, expect: str, require_bwrap: None) -> None:
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLES / script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert expect in run.stdout
