@@ -248,3 +248,12 @@ def test_local_backend_warns_loudly(monkeypatch: pytest.MonkeyPatch, paper: Pape
         assert any("NO isolation" in str(w.message) for w in caught)
     finally:
         f.close()
+
+
+def test_a_closed_sandbox_refuses_commands(factory: SandboxFactory, paper: Paper) -> None:
+    from rcb_env.errors import SandboxError
+
+    sb = factory.create(paper, paper.snippets[0])
+    sb.close()
+    with pytest.raises(SandboxError, match="closed"):
+        sb.exec("true")

@@ -105,6 +105,8 @@ class LocalSandbox(Sandbox):
         self._session: ShellSession | None = None
 
     def exec(self, command: str, *, timeout_s: float | None = None) -> ExecResult:
+        if self.closed:
+            raise SandboxError("sandbox is closed")
         if self._session is None:
             self._session = ShellSession(
                 lambda: ["env", "-C", str(self.workspace)],
