@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
+import json
 import os
 import signal
 import sys
@@ -221,16 +223,26 @@ def test_classify_requires_every_defined_test_to_pass() -> None:
 def test_classify_worst_subtest_outcome_wins_and_torn_lines_are_ignored(tmp_path: Path) -> None:
     from rcb_env.grading.grader import read_report
 
+    key = b"k" * 64
+    events: list[dict[str, Any]] = [
+        {"event": "start"},
+        {"event": "test", "id": "T.test_a", "status": "failed"},
+        {"event": "test", "id": "T.test_a", "status": "passed"},
+        {"event": "done", "code": 0},
+    ]
+    lines = []
+    for seq, e in enumerate(events, 1):
+        body = json.dumps({**e, "seq": seq}).encode()
+        lines.append(hmac.new(key, body, hashlib.sha256).hexdigest().encode() + b" " + body)
     report = tmp_path / "r.jsonl"
-    report.write_text(
-        '{"event": "start"}\n'
-        '{"event": "test", "id": "T.test_a", "status": "failed"}\n'
-        '{"event": "test", "id": "T.test_a", "status": "passed"}\n'
-        '{"event": "done", "code": 0}\n'
-        '{"event": "te'
-    )
-    outcome, kind, _, _ = classify(read_report(report), _OK, ("T.test_a",))
+    report.write_bytes(b"\n".join(lines) + b'\nabc {"event": "te')
+    outcome, kind, _, _ = classify(read_report(report, key), _OK, ("T.test_a",))
     assert (outcome, kind) == (Outcome.FAILED, FailureKind.TEST_FAILURE)
+    # An unsigned line in the middle is forgery, whatever it says.
+    forged = b'0000 {"event": "test", "id": "T.test_a", "status": "passed", "seq": 3}'
+    report.write_bytes(b"\n".join([*lines[:2], forged, *lines[2:]]) + b"\n")
+    outcome, kind, _, _ = classify(read_report(report, key), _OK, ("T.test_a",))
+    assert (outcome, kind) == (Outcome.FAILED, FailureKind.TAMPERING)
 
 
 def test_classify_pass_needs_done_and_exit_zero() -> None:

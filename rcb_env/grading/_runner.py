@@ -1,18 +1,31 @@
 """rcb-env's test runner. Runs INSIDE the task interpreter, so it imports only the standard library
 and keeps to syntax older Pythons accept.
 
-Usage: ``python _runner.py TEST_FILE REPORT_FILE [MEMORY_BYTES FSIZE_BYTES CPU_SECONDS]``
+Usage: ``python _runner.py TEST_FILE REPORT_FILE KEY_FILE [MEMORY_BYTES FSIZE_BYTES CPU_SECONDS]``
 
 It behaves like ``python TEST_FILE`` (same ``__main__``, argv, ``sys.path[0]`` and output, so the
 official output rule still reads the same text), except that ``unittest.main`` is replaced by a
 function that runs the discovered tests with a result class reporting each test's outcome to
 REPORT_FILE as JSON lines. A ``done`` line is written only when the test program finishes; a file
 that exits early leaves none.
+
+The tested code runs in this process, so the channel is hardened rather than trusted: every line
+is numbered and signed (HMAC-SHA256 with a key read from KEY_FILE, which is deleted before any
+test code is imported), and the callables a verdict depends on (unittest's modules and classes,
+builtins, the test classes' methods, numpy/torch/math comparison functions, this runner's own
+functions) are snapshotted and checked after every test; a change is reported as tampering. Code
+that specifically targets this runner's internals (walking frames to its key, rewriting its code
+objects in place) is out of scope: see the README's threat model.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
 import contextlib
+import hashlib
+import hmac
+import importlib
 import json
 import os
 import resource
@@ -21,15 +34,99 @@ import sys
 import traceback
 import types
 import unittest
+from collections.abc import Callable
 from typing import Any
 
 _report_fd = -1
 _main_calls = 0
+_seq = [0]
+
+
+def _unsigned(_line: bytes) -> bytes:
+    raise RuntimeError("the report key was not read")
+
+
+_sign: Callable[[bytes], bytes] = _unsigned
+_MISSING = object()
+#: (label, object, only these names or None, snapshot: name -> (value, code object or None))
+_watched: list[tuple[str, Any, tuple[str, ...] | None, dict[str, tuple[Any, Any]]]] = []
+_WATCHED_LIBS = ("numpy", "numpy.testing", "torch", "torch.testing", "math", "cmath")
+_LIB_NAMES = (
+    "allclose",
+    "isclose",
+    "array_equal",
+    "array_equiv",
+    "equal",
+    "assert_allclose",
+    "assert_array_equal",
+    "assert_array_almost_equal",
+    "assert_almost_equal",
+    "assert_equal",
+    "assert_close",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "all",
+    "any",
+    "abs",
+    "testing",
+)
+
+
+def _make_signer(key: bytes) -> Callable[[bytes], bytes]:
+    def sign(line: bytes) -> bytes:
+        return hmac.new(key, line, hashlib.sha256).hexdigest().encode()
+
+    return sign
 
 
 def _emit(event: dict[str, Any]) -> None:
-    data = (json.dumps(event) + "\n").encode("utf-8", "replace")
-    os.write(_report_fd, data)
+    _seq[0] += 1
+    line = json.dumps(dict(event, seq=_seq[0])).encode("utf-8", "replace")
+    os.write(_report_fd, _sign(line) + b" " + line + b"\n")
+
+
+def _snapshot(obj: Any, names: tuple[str, ...] | None) -> dict[str, tuple[Any, Any]]:
+    try:
+        members = dict(vars(obj))
+    except TypeError:
+        return {}
+    if names is not None:
+        members = {n: members[n] for n in names if n in members}
+    # Callables only: tests may legitimately change data (class attributes, caches).
+    return {
+        n: (v, getattr(v, "__code__", None))
+        for n, v in members.items()
+        if callable(v) or isinstance(v, (staticmethod, classmethod, types.ModuleType))
+    }
+
+
+def _watch(label: str, obj: Any, names: tuple[str, ...] | None = None) -> None:
+    snap = _snapshot(obj, names)
+    _watched.append((label, obj, names, snap))
+    for name, (value, _code) in snap.items():
+        if isinstance(value, type) and value.__module__ == getattr(obj, "__name__", None):
+            _watched.append((f"{label}.{name}", value, None, _snapshot(value, None)))
+
+
+def _tampered() -> list[str]:
+    moved = []
+    for label, obj, _names, snap in _watched:
+        try:
+            now = dict(vars(obj))
+        except TypeError:
+            continue
+        for name, (value, code) in snap.items():
+            current = now.get(name, _MISSING)
+            if current is not value or getattr(current, "__code__", None) is not code:
+                moved.append(f"{label}.{name}")
+    return moved
+
+
+def _check(where: str) -> None:
+    moved = _tampered()
+    if moved:
+        _emit({"event": "tamper", "where": where, "what": sorted(set(moved))[:20]})
 
 
 def _frames(tb: types.TracebackType | None) -> list[tuple[str, int]]:
@@ -51,7 +148,19 @@ def _describe(exc_info: tuple[Any, Any, Any]) -> dict[str, Any]:
     return info
 
 
+def _test_id(test: Any) -> str:
+    method = getattr(test, "_testMethodName", None)
+    if method is None:  # e.g. a _ErrorHolder for a failing setUpClass
+        return str(getattr(test, "description", test))
+    name: str = type(test).__name__ + "." + str(method)
+    return name
+
+
 class _ReportingResult(unittest.TextTestResult):
+    def stopTest(self, test: unittest.TestCase) -> None:
+        super().stopTest(test)
+        _check(_test_id(test))
+
     def _report(self, test: unittest.TestCase, status: str, err: Any = None) -> None:
         event: dict[str, Any] = {"event": "test", "id": _test_id(test), "status": status}
         if err is not None:
@@ -89,14 +198,6 @@ class _ReportingResult(unittest.TextTestResult):
             self._report(test, status, err)
 
 
-def _test_id(test: Any) -> str:
-    method = getattr(test, "_testMethodName", None)
-    if method is None:  # e.g. a _ErrorHolder for a failing setUpClass
-        return str(getattr(test, "description", test))
-    name: str = type(test).__name__ + "." + str(method)
-    return name
-
-
 class _Program:
     def __init__(self, result: unittest.TestResult) -> None:
         self.result = result
@@ -117,6 +218,10 @@ def _main(
     _main_calls += 1
     if isinstance(module, str):
         module = sys.modules[module]
+    for value in list(vars(module).values()):
+        if isinstance(value, type) and issubclass(value, unittest.TestCase):
+            _watch(f"testclass.{value.__name__}", value)
+    _check("test module import")
     loader = testLoader or unittest.defaultTestLoader
     if defaultTest is None:
         suite = loader.loadTestsFromModule(module)
@@ -140,22 +245,61 @@ def _limit(kind: int, value: int) -> None:
         resource.setrlimit(kind, (value, value))
 
 
+def _imported_modules(path: str) -> list[str]:
+    """Top-level modules a file imports (the comparison libraries to pre-import and watch)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return []
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module.split(".")[0])
+    return names
+
+
 def run() -> int:
-    global _report_fd
-    test_file, report_path = sys.argv[1], sys.argv[2]
-    if len(sys.argv) >= 6:
-        _limit(resource.RLIMIT_AS, int(sys.argv[3]))
-        _limit(resource.RLIMIT_FSIZE, int(sys.argv[4]))
-        _limit(resource.RLIMIT_CPU, int(sys.argv[5]))
+    global _report_fd, _sign
+    test_file, report_path, key_path = sys.argv[1], sys.argv[2], sys.argv[3]
+    # The key leaves the disk before any code under test exists.
+    with open(key_path, "rb") as f:
+        _sign = _make_signer(f.read().strip())
+    os.unlink(key_path)
+    if len(sys.argv) >= 7:
+        _limit(resource.RLIMIT_AS, int(sys.argv[4]))
+        _limit(resource.RLIMIT_FSIZE, int(sys.argv[5]))
+        _limit(resource.RLIMIT_CPU, int(sys.argv[6]))
         _limit(resource.RLIMIT_CORE, 0)
     _report_fd = os.open(report_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     _emit({"event": "start", "pid": os.getpid(), "python": sys.version.split()[0]})
     here = os.getcwd()
-    sys.argv = [test_file]
-    sys.path[0] = here
     unittest.main = _main  # type: ignore[assignment]
     # Test files that build their own TextTestRunner still report through our result class.
     unittest.TextTestRunner.resultclass = _ReportingResult  # type: ignore[assignment]
+    # Snapshot what verdicts depend on, after our own changes and before any tested code runs.
+    for name in (
+        "unittest.case",
+        "unittest.result",
+        "unittest.runner",
+        "unittest.loader",
+        "unittest.suite",
+        "unittest.main",
+        "unittest",
+    ):
+        _watch(name, importlib.import_module(name))
+    _watch("builtins", builtins)
+    _watch("runner", sys.modules[__name__])
+    wanted = set(_imported_modules(test_file)) | {"math", "cmath"}  # stdlib: always cheap
+    for name in _WATCHED_LIBS:
+        if name.split(".")[0] in wanted:
+            # A missing library is the test's problem, reported there.
+            with contextlib.suppress(Exception):
+                _watch(name, importlib.import_module(name), _LIB_NAMES)
+    sys.argv = [test_file]
+    sys.path[0] = here
     code = 0
     try:
         runpy.run_path(os.path.join(here, test_file), run_name="__main__")
@@ -167,6 +311,7 @@ def run() -> int:
         _emit(event)
         traceback.print_exc()
         code = 1
+    _check("end")
     _emit({"event": "done", "code": code, "main_calls": _main_calls})
     return code
 

@@ -4,8 +4,11 @@ rcb-env's runner, and classify the outcome (code wrong vs environment broken).""
 from __future__ import annotations
 
 import ast
+import hashlib
+import hmac
 import json
 import os
+import secrets
 import shutil
 import signal
 import threading
@@ -137,20 +140,35 @@ _STATUS_RANK = {
 }
 
 
-def read_report(path: Path) -> list[dict[str, Any]]:
-    """Parse the runner's JSON lines; a torn last line (process killed mid-write) is dropped."""
+def read_report(path: Path, key: bytes) -> list[dict[str, Any]]:
+    """The runner's events, verified. Each line is ``<hmac> <json>`` with a sequence number. A
+    torn last line (process killed mid-write) is dropped; a line with a bad signature, or out of
+    sequence, is someone else's writing and becomes a ``forged`` event."""
     events: list[dict[str, Any]] = []
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
         return events
-    for line in raw.decode("utf-8", "replace").splitlines():
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
+    lines = raw.split(b"\n")
+    expected = 1
+    for i, line in enumerate(lines):
+        if not line:
             continue
-        if isinstance(event, dict):
-            events.append(event)
+        mac, _, body = line.partition(b" ")
+        good = hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).hexdigest().encode())
+        event: Any = None
+        if good:
+            try:
+                event = json.loads(body)
+            except json.JSONDecodeError:
+                event = None
+        if not good or not isinstance(event, dict) or event.get("seq") != expected:
+            if i == len(lines) - 1 and not raw.endswith(b"\n"):
+                break  # torn by a kill
+            events.append({"event": "forged", "line": line[:200].decode("utf-8", "replace")})
+            continue
+        expected += 1
+        events.append(event)
     return events
 
 
@@ -164,9 +182,14 @@ def classify(
     import_failures: list[str] = []
     script_error: dict[str, Any] | None = None
     started = done = False
+    tampering: list[str] = []
     for e in events:
         kind = e.get("event")
-        if kind == "start":
+        if kind == "forged":
+            tampering.append("a report line not written by the runner")
+        elif kind == "tamper":
+            tampering.append(f"{', '.join(e.get('what', []))[:300]} changed ({e.get('where')})")
+        elif kind == "start":
             started = True
         elif kind == "done":
             done = True
@@ -189,6 +212,8 @@ def classify(
         statuses.setdefault(name, (TestStatus.MISSING, ""))
     tests = tuple(TestOutcome(name=n, status=s, message=m) for n, (s, m) in statuses.items())
 
+    if tampering:
+        return Outcome.FAILED, FailureKind.TAMPERING, f"tampering: {tampering[0]}", tests
     if run.timed_out:
         return Outcome.FAILED, FailureKind.TIMEOUT, "killed at the wall-clock limit", tests
     if not started:
@@ -344,6 +369,8 @@ class Grader:
                 rcb = workdir / "_rcb"
                 rcb.mkdir()
                 shutil.copyfile(RUNNER_SOURCE, rcb / "runner.py")
+                key = secrets.token_hex(32).encode()
+                (rcb / "key").write_bytes(key)
                 (workdir / "home").mkdir()
                 (workdir / "tmp").mkdir()
             except OSError as exc:
@@ -356,6 +383,7 @@ class Grader:
                 str(rcb / "runner.py"),
                 paper.test_file,
                 str(report),
+                str(rcb / "key"),
                 str(self.config.memory_mb * mb),
                 str(self.config.file_size_mb * mb),
                 str(int(timeout) + 5),
@@ -377,7 +405,7 @@ class Grader:
                     detail=str(exc),
                     official_pass=False,
                 )
-            outcome, kind, detail, tests = classify(read_report(report), run, expected)
+            outcome, kind, detail, tests = classify(read_report(report, key), run, expected)
             # The copy's random location means nothing to a reader and would make identical
             # runs differ: report it as /grading.
             where = str(workdir)

@@ -36,6 +36,9 @@ class FailureKind(StrEnum):
     """The process ended before the test program finished (``os._exit``, ``sys.exit``)."""
     MISSING_TESTS = "missing_tests"
     """Fewer tests passed than the file defines (skipped, never run, or not reported)."""
+    TAMPERING = "tampering"
+    """The report channel was written by someone else, or a callable the verdict depends on
+    (unittest, builtins, the tests, comparison functions) was replaced."""
     NONZERO_EXIT = "nonzero_exit"
     """All tests passed but the process exited with a non-zero status."""
     MISSING_DEPENDENCY = "missing_dependency"
