@@ -43,7 +43,9 @@ def _url(server: ScriptedModelServer, spec: str) -> str:
 
 def _cfg(agent: str, spec: str, url: str, **kw: Any) -> EvalConfig:
     budgets = kw.pop("budgets", BudgetConfig())
-    model_kw = {k: kw.pop(k) for k in ("cache_dir", "concurrency", "logprobs") if k in kw}
+    model_kw = {
+        k: kw.pop(k) for k in ("cache_dir", "concurrency", "logprobs", "timeout_s") if k in kw
+    }
     return EvalConfig(
         agent=agent,
         model=ModelConfig(
@@ -332,3 +334,14 @@ def test_cli_tools_agent_and_compare(pset: Pset, tmp_path: Path) -> None:
     refused = runner.invoke(cli, ["compare", str(tmp_path / "good"), str(tmp_path / "other")])
     assert refused.exit_code != 0
     assert "budgets settings" in str(refused.exception) + refused.output
+
+
+def test_a_response_slower_than_the_timeout_is_retried(pset: Pset, tmp_path: Path) -> None:
+    script: list[Reply | Fault] = [Fault(delay_s=1.5), *_solve_script()]
+    with ScriptedModelServer(script) as server:
+        run_eval(
+            pset, _cfg("tools", PROVIDERS[0], server.openai_url, timeout_s=0.5), tmp_path / "run"
+        )
+    r = _one(tmp_path / "run")
+    assert r.passed
+    assert r.model_calls[0]["retries"] == 1

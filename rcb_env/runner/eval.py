@@ -214,7 +214,15 @@ def run_episode(
         started_at=started_at,
         duration_s=round(time.monotonic() - t0, 3),
     )
-    log.info("episode", snippet=snippet.id, sample=sample, status=status, passed=passed)
+    log.info(
+        "episode",
+        run_id=run_id,
+        task_id=snippet.id,
+        episode_id=episode_id,
+        sample=sample,
+        status=status,
+        passed=passed,
+    )
     return record
 
 
