@@ -10,8 +10,7 @@ from typing import Any
 import anthropic
 
 from rcb_agents.models.client import ChatModel, ModelConfig
-from rcb_agents.models.errors import RetryableError
-from rcb_agents.models.retry import classify_status
+from rcb_agents.models.retry import sdk_errors
 from rcb_agents.models.types import Completion, ToolCall, Turn, Usage
 from rcb_env.tools.actions import ToolSpec
 
@@ -78,14 +77,8 @@ class AnthropicMessages(ChatModel):
         return body
 
     def send(self, payload: dict[str, Any]) -> Completion:
-        try:
+        with sdk_errors(anthropic):
             response = self.client.messages.create(**payload)
-        except anthropic.APIStatusError as exc:
-            raise classify_status(
-                exc.status_code, str(exc.message), exc.response.headers.get("retry-after")
-            ) from exc
-        except (anthropic.APITimeoutError, anthropic.APIConnectionError) as exc:
-            raise RetryableError(f"{type(exc).__name__}: {exc}") from exc
         text = "".join(b.text for b in response.content if b.type == "text")
         calls = tuple(
             ToolCall(id=b.id, name=b.name, arguments=json.dumps(b.input))

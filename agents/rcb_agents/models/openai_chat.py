@@ -10,8 +10,7 @@ from typing import Any
 import openai
 
 from rcb_agents.models.client import ChatModel, ModelConfig
-from rcb_agents.models.errors import RetryableError
-from rcb_agents.models.retry import classify_status
+from rcb_agents.models.retry import sdk_errors
 from rcb_agents.models.types import Completion, ToolCall, Turn, Usage
 from rcb_env.tools.actions import ToolSpec
 
@@ -75,14 +74,8 @@ class OpenAIChat(ChatModel):
         return body
 
     def send(self, payload: dict[str, Any]) -> Completion:
-        try:
+        with sdk_errors(openai):
             response = self.client.chat.completions.create(**payload)
-        except openai.APIStatusError as exc:
-            raise classify_status(
-                exc.status_code, str(exc.message), exc.response.headers.get("retry-after")
-            ) from exc
-        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
-            raise RetryableError(f"{type(exc).__name__}: {exc}") from exc
         choice = response.choices[0]
         message = choice.message
         calls = tuple(

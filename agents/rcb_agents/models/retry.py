@@ -3,8 +3,9 @@ retried with exponential back-off, honouring ``Retry-After``; everything else is
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
@@ -72,3 +73,16 @@ def classify_status(status: int, message: str, retry_after: str | None) -> Provi
                 after = None
         return RetryableError(f"HTTP {status}: {message}", status=status, retry_after=after)
     return ProviderError(f"HTTP {status}: {message}", status=status)
+
+
+@contextlib.contextmanager
+def sdk_errors(sdk: Any) -> Iterator[None]:
+    """Translate an SDK's exceptions (the openai and anthropic SDKs name them alike) into ours."""
+    try:
+        yield
+    except sdk.APIStatusError as exc:
+        raise classify_status(
+            exc.status_code, str(exc.message), exc.response.headers.get("retry-after")
+        ) from exc
+    except (sdk.APITimeoutError, sdk.APIConnectionError) as exc:
+        raise RetryableError(f"{type(exc).__name__}: {exc}") from exc
