@@ -23,7 +23,7 @@ from rcb_env.grading.grader import Grader, GradingConfig
 from rcb_env.results import Rates, Summary, read_records, summarize
 from rcb_env.results.compare import compare
 from rcb_env.runner import BudgetConfig, EvalConfig, new_run_dir, run_eval
-from rcb_env.sandbox import BackendName, SandboxConfig
+from rcb_env.sandbox import BackendName, SandboxConfig, SandboxFactory
 from rcb_env.task import loader
 from rcb_env.task.models import DateField, Paper, Pset
 from rcb_env.task.selection import select_papers, select_snippets
@@ -505,6 +505,55 @@ def _summary_table(s: Summary, title: str) -> None:
         highlight=False,
         soft_wrap=True,
     )
+
+
+@cli.command(name="audit")
+@pset_option
+@paper_option
+@click.option(
+    "--sandbox",
+    type=click.Choice(["auto", "bwrap", "docker", "local"]),
+    default="auto",
+    show_default=True,
+)
+@click.option("--base", help="docker: base image the paper images were built from.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path))
+def audit_cmd(
+    pset: Path | None,
+    papers: tuple[str, ...],
+    sandbox: BackendName,
+    base: str | None,
+    json_path: Path | None,
+) -> None:
+    """Search everything an agent can read for each snippet's answer; exit 1 on any finding."""
+    from rcb_env.validation.audit import audit, findings_json
+
+    loaded = _load(pset, papers)
+    _print_failures(loaded)
+    cfg = (
+        SandboxConfig(backend=sandbox)
+        if base is None
+        else SandboxConfig(backend=sandbox, docker_base=base)
+    )
+    factory = SandboxFactory(cfg)
+    try:
+        with _progress("auditing") as progress:
+            bar = progress.add_task("", total=len(loaded.snippets))
+            findings = audit(
+                loaded,
+                factory,
+                on_done=lambda sid: progress.update(bar, advance=1, description=sid),
+            )
+    finally:
+        factory.close()
+    for f in findings:
+        out.print(
+            f"[red]leak[/red] {f.snippet_id}: {f.path}: {f.line}", highlight=False, soft_wrap=True
+        )
+    out.print(f"{len(findings)} findings over {len(loaded.snippets)} snippets", highlight=False)
+    if json_path is not None:
+        json_path.write_text(findings_json(findings))
+    sys.exit(1 if findings else 0)
 
 
 @cli.group()
