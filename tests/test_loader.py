@@ -267,3 +267,14 @@ def test_crlf_annotated_file_keeps_its_bytes(tmp_path: Path) -> None:
     paper = load(tmp_path).papers[0]
     assert paper.annotated_files[0].text == MATH_CODE.replace("\n", "\r\n")
     assert paper.snippet("mean").weight == 4
+
+
+def test_an_unbuildable_yaml_value_is_a_metadata_error_with_its_line(tmp_path: Path) -> None:
+    write_paper(tmp_path, "m", math_files())
+    (tmp_path / "papers.yaml").write_text(
+        "- id: m\n  annotated_file_paths: stats.py\n  first_commit_date: 2025-13-45\n"
+    )
+    with pytest.raises(MetadataError) as info:
+        load(tmp_path)
+    assert info.value.line == 3
+    assert "month must be in 1..12" in str(info.value)

@@ -123,14 +123,40 @@ def _read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
     except (OSError, UnicodeDecodeError) as exc:
         raise MetadataError(f"cannot read: {exc}", file=path) from None
     try:
-        data = yaml.safe_load(text)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
         raise MetadataError(f"malformed YAML: {problem}", file=path, line=line) from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        # A well-formed scalar that cannot be built, e.g. the unquoted date 2025-13-45.
+        raise MetadataError(
+            f"invalid YAML value: {exc}", file=path, line=_bad_scalar_line(node)
+        ) from None
     return data, node
+
+
+def _bad_scalar_line(node: yaml.Node | None) -> int | None:
+    """1-based line of the first scalar that PyYAML cannot construct."""
+    if node is None:
+        return None
+    stack = [node]
+    constructor = yaml.SafeLoader("")
+    while stack:
+        n = stack.pop(0)
+        if isinstance(n, yaml.ScalarNode):
+            try:
+                constructor.construct_object(n)
+            except (ValueError, TypeError, OverflowError, yaml.YAMLError):
+                return n.start_mark.line + 1
+        elif isinstance(n, yaml.SequenceNode):
+            stack.extend(n.value)
+        elif isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                stack.extend([k, v])
+    return None
 
 
 def _read_overlay(path: Path, *, key: str | None = None) -> Overlay | None:
