@@ -360,3 +360,41 @@ def test_a_broken_sandbox_ends_the_episode_as_infrastructure(
         assert info["infra_error"]["stage"] == "sandbox"
     finally:
         env.close()
+
+
+def test_a_full_disk_ends_the_episode_as_infrastructure(
+    paper: Paper, bwrap_config: SandboxConfig, task_grading: GradingConfig
+) -> None:
+    import os
+    import subprocess
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    # On tmpfs (world-searchable) so the sandbox user can reach it without loosening anything.
+    small = Path(tempfile.mkdtemp(prefix="rcbtest-small-", dir="/dev/shm"))
+    os.chmod(small, 0o1777)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=1777", "tmpfs", str(small)], check=True
+    )
+    try:
+        f = SandboxFactory(bwrap_config, scratch=small)
+        env = RcbEnv(paper, paper.snippet("variance"), grading_config=task_grading, factory=f)
+        try:
+            env.reset()
+            truncated = False
+            for i in range(5):  # 900 kB a write (under the action size limit) into 2 MB
+                _, reward, terminated, truncated, info = env.step(
+                    {"tool": "write_file", "path": f"big{i}.bin", "content": "x" * 900_000}
+                )
+                if truncated:
+                    break
+            assert (reward, terminated, truncated) == (0.0, False, True)
+            assert info["infra_error"]["stage"] == "sandbox"
+            assert "No space left" in info["infra_error"]["message"]
+        finally:
+            env.close()
+            f.close()
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+        small.rmdir()

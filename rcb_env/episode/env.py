@@ -131,7 +131,7 @@ class RcbEnv(gym.Env[str, Any]):
             return self.finish(parsed.body, reason="submit")
         try:
             result = self.toolbox.run(parsed)
-        except SandboxError as exc:
+        except (SandboxError, OSError) as exc:  # e.g. the workspace's disk is full
             self.log.warning("sandbox failed", error=str(exc))
             self.done = True
             self.final = {"infra_error": _infra("sandbox", exc), "reason": "infra_error"}
