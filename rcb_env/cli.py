@@ -56,6 +56,12 @@ def _shown(path: Path | str) -> str:
         return str(path)
 
 
+def _sandbox_config(backend: BackendName, base: str | None, pool: int = 0) -> SandboxConfig:
+    """The --sandbox/--base/--pool options as a config (base: only given ones override)."""
+    cfg = SandboxConfig(backend=backend, pool_size=pool)
+    return cfg if base is None else cfg.model_copy(update={"docker_base": base})
+
+
 def _progress(label: str) -> Progress:
     """A transient progress bar on stderr: label, bar, n/total, elapsed, current item."""
     return Progress(
@@ -391,9 +397,7 @@ def eval_cmd(
         with_paper=not no_paper,
         samples=samples,
         env=EnvConfig(test_feedback=test_feedback, paper_in_prompt=paper_in_prompt),
-        sandbox=SandboxConfig(backend=sandbox, pool_size=pool)
-        if base is None
-        else SandboxConfig(backend=sandbox, pool_size=pool, docker_base=base),
+        sandbox=_sandbox_config(sandbox, base, pool),
         grading=GradingConfig() if timeout is None else GradingConfig(timeout_s=timeout),
         budgets=BudgetConfig(
             max_steps=max_steps, max_wall_s=max_wall, max_tokens=max_tokens, max_cost=max_cost
@@ -530,12 +534,7 @@ def audit_cmd(
 
     loaded = _load(pset, papers)
     _print_failures(loaded)
-    cfg = (
-        SandboxConfig(backend=sandbox)
-        if base is None
-        else SandboxConfig(backend=sandbox, docker_base=base)
-    )
-    factory = SandboxFactory(cfg)
+    factory = SandboxFactory(_sandbox_config(sandbox, base))
     try:
         with _progress("auditing") as progress:
             bar = progress.add_task("", total=len(loaded.snippets))
@@ -554,6 +553,42 @@ def audit_cmd(
     if json_path is not None:
         json_path.write_text(findings_json(findings))
     sys.exit(1 if findings else 0)
+
+
+@cli.command(name="hacks")
+@click.option(
+    "--sandbox",
+    type=click.Choice(["auto", "bwrap", "docker", "local"]),
+    default="auto",
+    show_default=True,
+)
+@click.option("--base", help="docker: base image the paper images were built from.")
+@click.option("--timeout", type=float, default=20.0, show_default=True)
+def hacks_cmd(sandbox: BackendName, base: str | None, timeout: float) -> None:
+    """Grade the reward-hack suite on this backend; every attack must score 0 (exit 1 if not)."""
+    from rcb_env.validation.hacks import TARGET, run_hacks
+
+    paper = loader.load(loader.bundled_root()).paper(TARGET[0])
+    factory = SandboxFactory(_sandbox_config(sandbox, base))
+    try:
+        grader = Grader(GradingConfig(timeout_s=timeout), executor=factory.grading_executor(paper))
+        results = run_hacks(paper, paper.snippet(TARGET[1]), grader)
+    finally:
+        factory.close()
+    table = Table(title=f"Reward hacks on {factory.backend}: {TARGET[0]}/{TARGET[1]}")
+    for col in ("attack", "official rule", "rcb-env", "why"):
+        table.add_column(col)
+    for r in results:
+        table.add_row(
+            r.attack,
+            "[red]pass[/red]" if r.official_pass else "fail",
+            "[red]PASS[/red]" if r.passed else "0",
+            r.detail if r.detail.startswith(r.kind) else f"{r.kind}: {r.detail}",
+        )
+    out.print(table)
+    beaten = [r.attack for r in results if r.passed]
+    out.print(f"{len(results) - len(beaten)} of {len(results)} attacks scored 0", highlight=False)
+    sys.exit(1 if beaten else 0)
 
 
 @cli.group()

@@ -130,3 +130,26 @@ def test_patching_comparison_libraries_is_tampering(
     r = grader.grade(numpy_paper, s, body)
     assert (r.outcome, r.kind) == (Outcome.FAILED, FailureKind.TAMPERING), r.detail
     assert grader.grade(numpy_paper, s, s.reference_body).passed  # and the honest body passes
+
+
+@pytest.mark.bwrap
+def test_the_hacks_command_scores_every_attack_zero_on_bwrap(require_bwrap: None) -> None:
+    from click.testing import CliRunner
+
+    from rcb_env.cli import cli
+    from rcb_env.validation.hacks import ATTACKS
+
+    assert len(ATTACKS) >= 20
+    result = CliRunner().invoke(cli, ["hacks", "--sandbox", "bwrap"])
+    assert result.exit_code == 0, result.output
+    assert f"{len(ATTACKS)} of {len(ATTACKS)} attacks scored 0" in result.output
+
+
+def test_the_hacks_command_scores_every_attack_zero_on_docker(docker_images: str) -> None:
+    from click.testing import CliRunner
+
+    from rcb_env.cli import cli
+
+    result = CliRunner().invoke(cli, ["hacks", "--sandbox", "docker", "--base", docker_images])
+    assert result.exit_code == 0, result.output
+    assert "attacks scored 0" in result.output
