@@ -24,7 +24,7 @@ from rcb_env.sandbox import Sandbox, SandboxConfig, SandboxFactory
 from rcb_env.sandbox.workspace import WorkspacePathError, extract_body
 from rcb_env.task.models import Paper, Snippet
 from rcb_env.tools import paper as paper_tools
-from rcb_env.tools.actions import ActionError, Submit, parse_action, tool_specs
+from rcb_env.tools.actions import ActionError, Submit, parse_action
 from rcb_env.tools.toolbox import Feedback, ToolBox, truncate
 
 
@@ -232,9 +232,6 @@ class RcbEnv(gym.Env[str, Any]):
         }
         info.update(extra)
         return info
-
-    def tool_specs(self) -> list[dict[str, Any]]:
-        return [s.model_dump() for s in tool_specs()]
 
     def _task_statement(self) -> str:
         s = self.snippet

@@ -129,22 +129,15 @@ def _check(where: str) -> None:
         _emit({"event": "tamper", "where": where, "what": sorted(set(moved))[:20]})
 
 
-def _frames(tb: types.TracebackType | None) -> list[tuple[str, int]]:
-    return [(os.path.abspath(f.filename), f.lineno or 0) for f in traceback.extract_tb(tb)]
-
-
 def _describe(exc_info: tuple[Any, Any, Any]) -> dict[str, Any]:
     etype, value, tb = exc_info
     text = "".join(traceback.format_exception(etype, value, tb))
     info: dict[str, Any] = {
         "exc_type": getattr(etype, "__name__", str(etype)),
         "message": text[-4000:],
-        "frames": _frames(tb),
     }
     if isinstance(value, ImportError):
         info["import_name"] = value.name
-    if isinstance(value, SyntaxError):
-        info["frames"].append((os.path.abspath(value.filename or ""), value.lineno or 0))
     return info
 
 

@@ -33,23 +33,17 @@ class ShellSession:
         control_host: Path,
         control_inside: str,
         output_limit: int = 20_000,
-        on_start: Callable[[int], None] | None = None,
         on_kill: Callable[[], None] | None = None,
     ) -> None:
         self._launcher = launcher
         self._control_host = control_host
         self._control_inside = control_inside
         self._output_limit = output_limit
-        self._on_start = on_start
         self._on_kill = on_kill
         self._proc: subprocess.Popen[bytes] | None = None
         self._buffer = b""
         self._n = 0
         self._token = secrets.token_hex(8)
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
 
     def start(self) -> None:
         self._control_host.mkdir(parents=True, exist_ok=True)
@@ -67,8 +61,6 @@ class ShellSession:
                 )
         except OSError as exc:
             raise SandboxError(f"cannot start the sandbox shell ({argv[0]}): {exc}") from exc
-        if self._on_start is not None:
-            self._on_start(self._proc.pid)
         self._buffer = b""
         # A command that runs `exit N` ends the shell; the trap still reports N.
         assert self._proc.stdin is not None

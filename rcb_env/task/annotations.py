@@ -202,13 +202,5 @@ def insert(text: str, span: Span, body: str) -> str:
     return "".join(lines[: span.start + 1]) + body + "".join(lines[span.end :])
 
 
-def inserted_line_range(span: Span, body: str) -> tuple[int, int]:
-    """1-based inclusive line range that ``body`` occupies after :func:`insert` (empty if the
-    body is empty: then ``first > last``)."""
-    first = span.start + 2
-    n = len(split_lines(body))
-    return first, first + n - 1
-
-
 def min_indent(text: str, span: Span) -> str:
     return _min_indent(split_lines(text)[span.start : span.end + 1])

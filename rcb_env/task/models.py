@@ -206,8 +206,3 @@ class Pset(Frozen):
             if p.id == paper_id:
                 return p
         raise KeyError(f"no paper {paper_id!r} in {self.root}")
-
-    def find_snippet(self, snippet_id: str) -> tuple[Paper, Snippet]:
-        paper_id, _, name = snippet_id.partition("/")
-        paper = self.paper(paper_id)
-        return paper, paper.snippet(name)

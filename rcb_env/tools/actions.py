@@ -223,19 +223,3 @@ def tool_specs() -> list[ToolSpec]:
         description = " ".join((t.__doc__ or "").split())
         specs.append(ToolSpec(name=name, description=description, parameters=schema))
     return specs
-
-
-def action_from_call(name: str, arguments: str | dict[str, Any]) -> Action:
-    """An action from a tool call as model APIs return it (name plus JSON arguments).
-
-    Raises:
-        ActionError: as :func:`parse_action`.
-    """
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments or "{}")
-        except json.JSONDecodeError as exc:
-            raise ActionError(f"arguments of {name} are not valid JSON: {exc.msg}") from None
-    if not isinstance(arguments, dict):
-        raise ActionError(f"arguments of {name} must be an object")
-    return parse_action({**arguments, "tool": name})
