@@ -71,6 +71,7 @@ class SandboxFactory:
         self._templates = scratch_dirs.make("rcb-templates-", self.scratch)
         self._docker: Any = None
         self._pool: Any = None
+        self._images: dict[str, str] = {}
         if self.backend == "docker":
             from rcb_env.sandbox import docker
 
@@ -87,12 +88,15 @@ class SandboxFactory:
         """
         from rcb_env.sandbox import images
 
+        if paper.id in self._images:
+            return self._images[paper.id]
         tag = images.image_tag(paper, images.ImageConfig(base=self.config.docker_base))
         if not images.image_exists(self._docker, tag):
             raise SandboxError(
                 f"no image {tag} for paper {paper.id}: run `rcb-env images build"
                 f" --base {self.config.docker_base}` (with the same --pset) first"
             )
+        self._images[paper.id] = tag  # checked once per factory, not once per episode
         return tag
 
     def warm(self, papers: list[Paper]) -> None:
@@ -129,7 +133,7 @@ class SandboxFactory:
         if self.backend == "docker":
             from rcb_env.sandbox.docker import DockerExecutor
 
-            return DockerExecutor(self.image(paper), self.config)
+            return DockerExecutor(self.image(paper), self.config, self._docker)
         return LocalExecutor(output_limit=self.config.output_limit, scratch=self.scratch)
 
     def close(self) -> None:

@@ -117,6 +117,7 @@ class Slot:
         self.control.mkdir()
         chown_tree(self.root, UID, GID)
         self.image = image
+        self.docker = docker
         with docker_errors(f"starting a container from {image}"):
             self.container = docker.containers.run(
                 image,
@@ -228,7 +229,7 @@ class DockerSandbox(Sandbox):
         return self._session.run(command, timeout_s=timeout_s or self.config.command_timeout_s)
 
     def executor(self) -> Executor:
-        return DockerExecutor(self.slot.image, self.config)
+        return DockerExecutor(self.slot.image, self.config, self.slot.docker)
 
     def _stop_session(self) -> None:
         if self._session is not None:
@@ -249,10 +250,10 @@ class DockerExecutor:
 
     interpreter = INTERPRETER
 
-    def __init__(self, image: str, config: SandboxConfig) -> None:
+    def __init__(self, image: str, config: SandboxConfig, docker: Any = None) -> None:
         self.image = image
         self.config = config
-        self.docker = client()
+        self.docker = docker if docker is not None else client()
 
     def run(
         self,
