@@ -104,11 +104,13 @@ class ScriptedModelServer:
                     server.requests.append((self.path, body))
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
-                try:
-                    self._answer(body)
-                finally:
-                    with server._lock:
-                        server.in_flight -= 1
+                self._answer(body)
+
+            def _answered(self) -> None:
+                # A request stops counting once its answer is decided, before it is written: the
+                # client may send its next request as soon as it has read this one's response.
+                with server._lock:
+                    server.in_flight -= 1
 
             def _answer(self, body: dict[str, Any]) -> None:
                 anthropic = self.path.rstrip("/").endswith("/messages")
@@ -118,10 +120,12 @@ class ScriptedModelServer:
                     item = server._next()
                 if isinstance(item, Fault):
                     time.sleep(item.delay_s)
+                    self._answered()
                     self._error(item, anthropic)
                     return
                 reply = item or Reply(text="(script exhausted)")
                 payload = _anthropic(reply, body) if anthropic else _openai(reply, body)
+                self._answered()
                 self._send(200, payload)
 
             def _error(self, fault: Fault, anthropic: bool) -> None:
