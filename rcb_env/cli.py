@@ -327,6 +327,15 @@ def _validation_table(report: ValidationReport) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Continue this run: only missing and infrastructure-failed episodes run.",
 )
+@click.option(
+    "--infra-retries",
+    default=1,
+    show_default=True,
+    help="Rounds in which episodes that failed for infrastructure reasons run again.",
+)
+@click.option(
+    "--retry-delay", default=5.0, show_default=True, help="Seconds x round before a retry round."
+)
 @click.option("--max-steps", type=int, default=50, show_default=True)
 @click.option("--max-wall", type=float, default=1800.0, show_default=True, help="Seconds.")
 @click.option(
@@ -359,6 +368,8 @@ def eval_cmd(
     sandbox: BackendName,
     runs_dir: Path,
     resume: Path | None,
+    infra_retries: int,
+    retry_delay: float,
     max_steps: int,
     max_wall: float,
     test_feedback: Feedback,
@@ -416,6 +427,8 @@ def eval_cmd(
             on_episode=lambda r: progress.update(
                 bar, advance=1, description=f"{r.snippet_id}: {'pass' if r.passed else r.status}"
             ),
+            infra_retries=infra_retries,
+            retry_delay_s=retry_delay,
         )
     _summary_table(summary, _shown(run_dir))
     out.print(f"records: {_shown(run_dir / 'episodes.jsonl')}")
@@ -582,12 +595,16 @@ def hacks_cmd(sandbox: BackendName, base: str | None, timeout: float) -> None:
         table.add_row(
             r.attack,
             "[red]pass[/red]" if r.official_pass else "fail",
-            "[red]PASS[/red]" if r.passed else "0",
+            "[red]PASS[/red]" if r.passed else ("[red]excluded[/red]" if r.excluded else "0"),
             r.detail if r.detail.startswith(r.kind) else f"{r.kind}: {r.detail}",
         )
     out.print(table)
-    beaten = [r.attack for r in results if r.passed]
-    out.print(f"{len(results) - len(beaten)} of {len(results)} attacks scored 0", highlight=False)
+    beaten = [r.attack for r in results if r.passed or r.excluded]
+    out.print(
+        f"{len(results) - len(beaten)} of {len(results)} attacks scored 0 "
+        "(neither passed nor excluded as infrastructure)",
+        highlight=False,
+    )
     sys.exit(1 if beaten else 0)
 
 

@@ -170,9 +170,10 @@ def test_infra_failed_episodes_are_rerun_on_resume(tmp_path: Path, require_bwrap
         sandbox=SandboxConfig(backend="bwrap", python=config.task_python()),
         grading=GradingConfig(python=tmp_path / "missing-python", timeout_s=60),
     )
-    s = run_eval(pset, broken, run_dir)
+    s = run_eval(pset, broken, run_dir, infra_retries=1, retry_delay_s=0)
     assert s.infra_errors == 3
     assert s.overall is None  # nothing scored: never counted as 0
+    assert len(read_records(run_dir / "episodes.jsonl")) == 6  # one retry round, failed again
     manifest = json.loads((run_dir / "run.json").read_text())
     manifest["config"] = _cfg("oracle").model_dump(mode="json")  # the operator fixed the python
     (run_dir / "run.json").write_text(json.dumps(manifest))
@@ -180,7 +181,7 @@ def test_infra_failed_episodes_are_rerun_on_resume(tmp_path: Path, require_bwrap
     assert s.infra_errors == 0
     assert s.overall is not None
     assert s.overall.scaled == 100.0
-    assert len(read_records(run_dir / "episodes.jsonl")) == 6  # 3 infra + 3 re-runs
+    assert len(read_records(run_dir / "episodes.jsonl")) == 9  # 6 infra + 3 re-runs
 
 
 def _cli_eval(*args: str) -> list[str]:

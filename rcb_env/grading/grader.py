@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from rcb_env import config
 from rcb_env.errors import GradingError, SandboxError
@@ -39,6 +39,8 @@ GRADING_DIR = "/grading"
 _PASSTHROUGH_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "LANG", "LC_ALL", "TZ")
 _SKIP_DECORATORS = {"skip", "skipIf", "skipUnless", "expectedFailure"}
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError"}
+#: Outcomes of a run killed from outside the candidate's control: run again.
+_RETRIED = {FailureKind.KILLED, FailureKind.HOST_OOM}
 
 
 class GradingConfig(BaseModel):
@@ -61,6 +63,10 @@ class GradingConfig(BaseModel):
     verify_infra: bool = True
     """Before calling a failure infrastructure, check that the pristine paper passes here; if it
     does, the environment is fine and the failure is the candidate's."""
+    kill_retries: int = Field(default=2, ge=0)
+    """Extra runs after a run was killed from outside (a signal neither rcb-env nor the sandbox's
+    limits sent, or the host's OOM killer). Such kills are usually transient; one that repeats
+    on every attempt while the pristine paper passes is the candidate's own doing."""
 
 
 def expected_tests(test_source: str) -> tuple[str, ...]:
@@ -224,15 +230,35 @@ def classify(
             f"{run.stderr.strip()[-300:]}",
             tests,
         )
-    if run.signal is not None:
-        if run.signal == signal.SIGXCPU:
+    if run.oom_killed:
+        return (
+            Outcome.FAILED,
+            FailureKind.MEMORY_LIMIT,
+            "the sandbox's memory limit was reached; the kernel killed the test process",
+            tests,
+        )
+    if run.host_oom:
+        return (
+            Outcome.INFRA_ERROR,
+            FailureKind.HOST_OOM,
+            "killed by the kernel's OOM killer although the sandbox's memory limit was not "
+            "reached: memory ran out outside the sandbox",
+            tests,
+        )
+    # Sandboxes report a killed child as exit status 128 + signal (bwrap, docker).
+    killed_by = run.signal
+    if killed_by is None and not done and run.exit_code is not None and 128 < run.exit_code < 160:
+        killed_by = run.exit_code - 128
+    if killed_by is not None:
+        if killed_by == signal.SIGXCPU:
             return Outcome.FAILED, FailureKind.TIMEOUT, "CPU-time limit exceeded", tests
-        if run.signal == signal.SIGXFSZ:
+        if killed_by == signal.SIGXFSZ:
             return Outcome.FAILED, FailureKind.EARLY_EXIT, "file-size limit exceeded", tests
         return (
             Outcome.INFRA_ERROR,
-            FailureKind.RUNNER_CRASH,
-            f"test process killed by signal {run.signal}",
+            FailureKind.KILLED,
+            f"test process killed by {_signal_name(killed_by)}, which neither rcb-env nor the "
+            "sandbox's limits sent",
             tests,
         )
     if import_failures:
@@ -286,6 +312,13 @@ def classify(
     return Outcome.PASSED, FailureKind.NONE, f"{len(tests)} tests passed", tests
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return f"{signal.Signals(number).name} ({number})"
+    except ValueError:
+        return f"signal {number}"
+
+
 def _copy_ignore(_directory: str, names: list[str]) -> set[str]:
     return {n for n in names if n in {".git", "__pycache__", OVERLAY_FILE}}
 
@@ -327,17 +360,33 @@ class Grader:
     def grade(self, paper: Paper, snippet: Snippet, body: str) -> GradeResult:
         """Insert ``body`` between the snippet's markers in a fresh copy and run the tests.
 
+        A run killed from outside is run again (``kill_retries``). An infrastructure verdict on
+        a body other than the reference is checked against the pristine paper: if the pristine
+        paper passes here, the environment is fine and the failure is the candidate's.
+
         Raises:
             GradingError: the copy could not be prepared (disk full, pristine tree unreadable).
         """
-        result = self._run(paper, snippet, body)
-        if result.is_infra_error and self.config.verify_infra and body != snippet.reference_body:
-            health = self.pristine_health(paper)
+        result = self._attempts(paper, snippet, body)
+        verify = (
+            result.is_infra_error
+            and self.config.verify_infra
+            and body != snippet.reference_body
+            and result.kind is not FailureKind.HOST_OOM  # no candidate can cause that
+        )
+        if verify:
+            if result.kind is FailureKind.KILLED:
+                # The kill repeated; was it the environment? Ask it now, not from the cache.
+                first = paper.snippets[0]
+                health = self._attempts(paper, first, first.reference_body)
+            else:
+                health = self.pristine_health(paper)
             if health.passed:
+                every = f", on all {result.attempts} attempts" if result.attempts > 1 else ""
                 result = result.model_copy(
                     update={
                         "outcome": Outcome.FAILED,
-                        "detail": f"{result.detail} (the pristine paper passes in this "
+                        "detail": f"{result.detail}{every} (the pristine paper passes in this "
                         "environment, so this is the candidate's failure)",
                     }
                 )
@@ -351,10 +400,29 @@ class Grader:
         if cached is not None:
             return cached
         first = paper.snippets[0]
-        result = self._run(paper, first, first.reference_body)
+        result = self._attempts(paper, first, first.reference_body)
         with self._lock:
             self._health[paper.id] = result
         return result
+
+    def _attempts(self, paper: Paper, snippet: Snippet, body: str) -> GradeResult:
+        """Run the tests; run them again while they are killed from outside, up to the limit."""
+        discarded: list[str] = []
+        while True:
+            result = self._run(paper, snippet, body)
+            if result.kind not in _RETRIED or len(discarded) >= self.config.kill_retries:
+                break
+            discarded.append(f"attempt {len(discarded) + 1}: {result.detail}")
+            log.warning(
+                "grading run killed from outside; running it again",
+                snippet=snippet.id,
+                detail=result.detail,
+            )
+        if not discarded:
+            return result
+        return result.model_copy(
+            update={"attempts": len(discarded) + 1, "discarded": tuple(discarded)}
+        )
 
     def _run(self, paper: Paper, snippet: Snippet, body: str) -> GradeResult:
         expected = self.expected(paper)

@@ -41,12 +41,21 @@ class FailureKind(StrEnum):
     (unittest, builtins, the tests, comparison functions) was replaced."""
     NONZERO_EXIT = "nonzero_exit"
     """All tests passed but the process exited with a non-zero status."""
+    MEMORY_LIMIT = "memory_limit"
+    """The sandbox's own memory limit was reached and the kernel killed the test process."""
     MISSING_DEPENDENCY = "missing_dependency"
     """Infra: an import outside the candidate's code failed."""
     RUNNER_CRASH = "runner_crash"
     """Infra: the interpreter or runner did not start, or died by a signal nobody sent."""
     SANDBOX = "sandbox"
     """Infra: the sandbox failed to set up or to run the command."""
+    KILLED = "killed"
+    """Infra: the test process was killed by a signal that neither rcb-env nor the sandbox's
+    limits sent (an operator, a dying sandbox, the host), on every attempt, and the pristine
+    paper is killed too. Retried first; see :attr:`GradingConfig.kill_retries`."""
+    HOST_OOM = "host_oom"
+    """Infra: the kernel's OOM killer killed the test process although the sandbox's own memory
+    limit was not reached, i.e. memory ran out outside the sandbox. Retried first."""
 
 
 class TestStatus(StrEnum):
@@ -100,6 +109,10 @@ class GradeResult(Frozen):
     """Truncated standard output."""
     stderr: str = ""
     """Truncated standard error."""
+    attempts: int = 1
+    """Test runs this verdict took: a run killed from outside is retried."""
+    discarded: tuple[str, ...] = ()
+    """Why each earlier attempt was not used (e.g. killed by the host's OOM killer)."""
 
     @property
     def passed(self) -> bool:

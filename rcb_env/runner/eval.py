@@ -253,8 +253,16 @@ def run_eval(
     resume: bool = False,
     on_episode: Callable[[EpisodeRecord], None] | None = None,
     on_plan: Callable[[int], None] | None = None,
+    infra_retries: int = 1,
+    retry_delay_s: float = 5.0,
 ) -> Summary:
     """Run every (snippet, sample) not yet finished in ``run_dir`` and return the summary.
+
+    Episodes that end in an infrastructure error are run again after the others, up to
+    ``infra_retries`` more rounds, ``retry_delay_s`` x round apart (a restarted engine or a
+    rate-limited model is often back by then). Their infra records stay in the log; the last
+    record of each episode is the one that counts, and what still failed is excluded from the
+    rates and counted.
 
     Raises:
         ConfigError: resuming with a different agent, configuration or task set.
@@ -304,9 +312,30 @@ def run_eval(
             if on_episode is not None:
                 on_episode(record)
 
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            for future in [pool.submit(work, item) for item in todo]:
-                future.result()
+        def run_all(items: list[tuple[Paper, Snippet, int]]) -> None:
+            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+                for future in [pool.submit(work, item) for item in items]:
+                    future.result()
+
+        run_all(todo)
+        planned = len(todo)
+        for round_ in range(1, infra_retries + 1):
+            final = final_records(read_records(records_path))
+            again = [
+                (p, s, k)
+                for p, s, k in todo
+                if (r := final.get((s.id, k))) is not None and r.status == "infra_error"
+            ]
+            if not again:
+                break
+            planned += len(again)
+            if on_plan is not None:
+                on_plan(planned)
+            log.warning(
+                "retrying infrastructure failures", run_id=run_id, round=round_, episodes=len(again)
+            )
+            time.sleep(retry_delay_s * round_)
+            run_all(again)
     finally:
         writer.close()
         factory.close()

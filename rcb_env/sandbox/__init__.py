@@ -65,7 +65,7 @@ class SandboxFactory:
         self.config = config or SandboxConfig()
         self.backend = resolve_backend(self.config.backend)
         if self.backend == "bwrap":
-            bwrap.sweep_cgroups()
+            bwrap.sweep_cgroups(parent_name=self.config.cgroup_parent)
         self.scratch = scratch or settings.scratch_dir()
         scratch_dirs.sweep(self.scratch)  # what killed runs left behind
         self._templates = scratch_dirs.make("rcb-templates-", self.scratch)

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox import workspace as ws
@@ -40,6 +40,9 @@ class ExecResult(BaseModel):
     """Which of the requested ``needles`` occur anywhere in the FULL stdout or stderr."""
     oom_killed: bool = False
     """The sandbox's memory limit killed a process during the command."""
+    host_oom: bool = False
+    """The kernel's OOM killer killed a process of the sandbox although the sandbox's own limit
+    was never reached: memory ran out outside the sandbox (the host, or an enclosing group)."""
 
 
 class Executor(Protocol):
@@ -105,6 +108,19 @@ class SandboxConfig(BaseModel):
     """docker: the base the paper images were built from (part of their tag)."""
     pool_size: int = 0
     """docker: started containers kept ready per image, so an episode does not wait for one."""
+    cgroup_parent: str = "rcb-env"
+    """bwrap: the cgroup (v1) under which each sandbox gets its own group. Point it at a group
+    you limit yourself to cap what all sandboxes together may use."""
+
+    @field_validator("cgroup_parent")
+    @classmethod
+    def _relative_group(cls, value: str) -> str:
+        parts = value.split("/")
+        if value.startswith("/") or not value or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(
+                f"cgroup_parent must be a relative group path like 'rcb-env': {value!r}"
+            )
+        return value
 
 
 _live: weakref.WeakSet[Sandbox] = weakref.WeakSet()

@@ -28,6 +28,7 @@ from rcb_env.sandbox.session import ShellSession
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "rcb-env"
+_PAGE = 4096
 _SYSTEM_RO = ("/usr", "/etc", "/lib", "/lib64", "/bin", "/sbin")
 
 
@@ -94,7 +95,7 @@ def _identity(user: str | None) -> tuple[int, int] | None:
     return entry.pw_uid, entry.pw_gid
 
 
-def sweep_cgroups(min_age_s: float = 60.0) -> int:
+def sweep_cgroups(min_age_s: float = 60.0, parent_name: str = CGROUP_PARENT) -> int:
     """Remove empty groups left by rcb-env processes that were killed before cleaning up.
 
     Only groups older than ``min_age_s`` are touched, so a sandbox that is just moving into its
@@ -104,7 +105,7 @@ def sweep_cgroups(min_age_s: float = 60.0) -> int:
     removed = 0
     now = time.time()
     for controller in ("memory", "pids"):
-        parent = CGROUP_ROOT / controller / CGROUP_PARENT
+        parent = CGROUP_ROOT / controller / parent_name
         if not parent.is_dir():
             continue
         for d in parent.iterdir():
@@ -123,8 +124,8 @@ def sweep_cgroups(min_age_s: float = 60.0) -> int:
 class Cgroup:
     """A cgroup v1 memory + pids group for one sandbox (absent controllers are skipped)."""
 
-    def __init__(self, limits: Limits) -> None:
-        self.name = f"{CGROUP_PARENT}/{uuid.uuid4().hex[:12]}"
+    def __init__(self, limits: Limits, parent: str = CGROUP_PARENT) -> None:
+        self.name = f"{parent}/{uuid.uuid4().hex[:12]}"
         self.dirs: list[Path] = []
         for controller, settings_ in (
             ("memory", {"memory.limit_in_bytes": limits.memory_mb * 1024 * 1024}),
@@ -154,14 +155,29 @@ class Cgroup:
         moves = "; ".join(f"echo $$ > {d}/cgroup.procs" for d in self.dirs)
         return ["sh", "-c", f'{moves}; exec "$@"', "rcb-cgroup"]
 
-    def oom_events(self) -> int:
+    def memory_events(self) -> tuple[int, bool]:
+        """(OOM kills of the group's processes, whether the group ever reached its own limit).
+        A kill while the group stayed below its limit came from memory pressure outside it:
+        cgroup v1 counts a kill in the victim's group whichever level ran out. The limit counts
+        as reached when the usage high-water mark is within a page of it (this kernel does not
+        count ``failcnt`` for the sandbox's level) or ``failcnt`` says so."""
+        kills, reached = 0, False
         for d in self.dirs:
             ctl = d / "memory.oom_control"
-            if ctl.exists():
+            if not ctl.exists():
+                continue
+            with contextlib.suppress(OSError, ValueError):
                 for line in ctl.read_text().splitlines():
                     if line.startswith("oom_kill "):
-                        return int(line.split()[1])
-        return 0
+                        kills = int(line.split()[1])
+                for prefix in ("memory.", "memory.memsw."):
+                    if not (d / f"{prefix}limit_in_bytes").exists():
+                        continue
+                    limit = int((d / f"{prefix}limit_in_bytes").read_text())
+                    peak = int((d / f"{prefix}max_usage_in_bytes").read_text())
+                    failed = int((d / f"{prefix}failcnt").read_text())
+                    reached = reached or failed > 0 or peak + _PAGE >= limit
+        return kills, reached
 
     def kill_all(self) -> None:
         for d in self.dirs:
@@ -182,6 +198,13 @@ class Cgroup:
                     break
                 except OSError:
                     time.sleep(0.02)
+
+
+def _with_oom(result: ExecResult, kills_before: int, after: tuple[int, bool]) -> ExecResult:
+    kills, reached = after
+    if kills <= kills_before:
+        return result
+    return result.model_copy(update={"oom_killed" if reached else "host_oom": True})
 
 
 def bwrap_command(
@@ -252,7 +275,7 @@ class BwrapExecutor:
         if self._identity is not None:
             check_traversable(area.parent)
             chown_tree(area, *self._identity)
-        group = Cgroup(self.config.limits)
+        group = Cgroup(self.config.limits, self.config.cgroup_parent)
         try:
             launcher = bwrap_command(
                 binds=[(str(area), str(area))],
@@ -269,9 +292,7 @@ class BwrapExecutor:
                 timeout_s=timeout_s,
                 needles=needles,
             )
-            if group.oom_events():
-                result = result.model_copy(update={"oom_killed": True})
-            return result
+            return _with_oom(result, 0, group.memory_events())
         finally:
             group.remove()
 
@@ -302,7 +323,7 @@ class BwrapSandbox(Sandbox):
     def _launcher(self) -> list[str]:
         if self._group is not None:  # a restarted session gets a fresh, empty group
             self._group.remove()
-        self._group = Cgroup(self.config.limits)
+        self._group = Cgroup(self.config.limits, self.config.cgroup_parent)
         venv_bin = str(Path(self.python).parent)
         env = {
             "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
@@ -336,11 +357,11 @@ class BwrapSandbox(Sandbox):
                 control_inside=self._control_inside,
                 output_limit=self.config.output_limit,
             )
-        before = self._group.oom_events() if self._group is not None else 0
+        before = self._group.memory_events()[0] if self._group is not None else 0
         result = self._session.run(command, timeout_s=timeout_s or self.config.command_timeout_s)
-        if self._group is not None and self._group.oom_events() > before:
-            result = result.model_copy(update={"oom_killed": True})
-        return result
+        if self._group is None:
+            return result
+        return _with_oom(result, before, self._group.memory_events())
 
     def executor(self) -> Executor:
         return BwrapExecutor(self.config, self._scratch)

@@ -45,6 +45,8 @@ def docker_errors(what: str) -> Iterator[None]:
 
     try:
         yield
+    except requests.exceptions.ConnectionError as exc:
+        raise SandboxError(f"docker: {what}: the engine is unreachable ({exc})") from exc
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
         raise SandboxError(f"docker: {what}: {exc}") from exc
 
@@ -106,6 +108,35 @@ def _common(limits: Limits, role: str, tmpfs_mb: int = 512) -> dict[str, Any]:
     }
 
 
+_unremoved: list[Any] = []
+_unremoved_lock = threading.Lock()
+
+
+def _remove(container: Any) -> None:
+    """Remove a container; if the engine cannot be reached now, remember it and try again at
+    the next container start and when the pool closes (a restarted engine is back by then)."""
+    try:
+        with docker_errors("removing a container"):
+            container.remove(force=True)
+    except SandboxError as exc:
+        if "No such container" in str(exc) or "404" in str(exc):
+            return
+        with _unremoved_lock:
+            _unremoved.append(container)
+
+
+def remove_leftovers() -> int:
+    """Retry the removals that failed while the engine was unreachable. Returns how many are
+    still pending."""
+    with _unremoved_lock:
+        pending = list(_unremoved)
+        _unremoved.clear()
+    for container in pending:
+        _remove(container)
+    with _unremoved_lock:
+        return len(_unremoved)
+
+
 class Slot:
     """A started container with its own host workspace and control folders."""
 
@@ -130,14 +161,21 @@ class Slot:
                 **_common(config.limits, "episode"),
             )
 
+    def running(self) -> bool:
+        try:
+            with docker_errors("checking a container"):
+                self.container.reload()
+        except SandboxError:
+            return False
+        return bool(self.container.status == "running")
+
     def kill_user_processes(self) -> None:
         """End everything the agent started (uid 1000); PID 1 (root) keeps the container up."""
         with contextlib.suppress(SandboxError), docker_errors("killing processes"):
             self.container.exec_run(["sh", "-c", "kill -9 -1"], user=USER)
 
     def remove(self) -> None:
-        with contextlib.suppress(SandboxError), docker_errors("removing a container"):
-            self.container.remove(force=True)
+        _remove(self.container)
         scratch_dirs.discard(self.root)
 
 
@@ -175,11 +213,18 @@ class ContainerPool:
         self._threads.append(t)
 
     def acquire(self, image: str) -> Slot:
+        remove_leftovers()
         q = self._queue(image)
-        try:
-            slot = q.get_nowait()
-        except queue.Empty:
-            slot = Slot(self.docker, image, self.config, self.scratch)
+        slot: Slot | None = None
+        while slot is None:
+            try:
+                slot = q.get_nowait()
+            except queue.Empty:
+                slot = Slot(self.docker, image, self.config, self.scratch)
+                break
+            if not slot.running():  # e.g. the engine restarted since it was started
+                slot.remove()
+                slot = None
         if self.size > 0:
             self.warm(image)
         return slot
@@ -193,6 +238,7 @@ class ContainerPool:
         for q in queues:
             while not q.empty():
                 q.get_nowait().remove()
+        remove_leftovers()
 
 
 class DockerSandbox(Sandbox):
@@ -226,7 +272,18 @@ class DockerSandbox(Sandbox):
                 output_limit=self.config.output_limit,
                 on_kill=self.slot.kill_user_processes,
             )
-        return self._session.run(command, timeout_s=timeout_s or self.config.command_timeout_s)
+        result = self._session.run(command, timeout_s=timeout_s or self.config.command_timeout_s)
+        if result.exit_code is None and not result.timed_out:
+            # The shell ended without a status: the agent's doing, or the container (or the
+            # engine) went away under the command. Only the first is the agent's business.
+            with docker_errors("checking the container after its shell ended"):
+                self.slot.container.reload()
+            if self.slot.container.status != "running":
+                raise SandboxError(
+                    f"docker: the episode's container is {self.slot.container.status} "
+                    "(it stopped during the command)"
+                )
+        return result
 
     def executor(self) -> Executor:
         return DockerExecutor(self.slot.image, self.config, self.slot.docker)
@@ -284,13 +341,17 @@ class DockerExecutor:
         timed_out = False
         try:
             with docker_errors("waiting for the grading container"):
+                waiting = time.monotonic()
                 try:
                     status = container.wait(timeout=timeout_s)
                     code = int(status.get("StatusCode", -1))
                 except Exception as exc:
                     import requests.exceptions
 
-                    if not isinstance(exc, requests.exceptions.RequestException):
+                    # Over a unix socket the SDK reports its read timeout as a ConnectionError:
+                    # only the clock tells a timeout from an engine that went away.
+                    expired = time.monotonic() - waiting >= timeout_s - 0.5
+                    if not isinstance(exc, requests.exceptions.RequestException) or not expired:
                         raise
                     timed_out = True
                     container.kill()
@@ -300,8 +361,7 @@ class DockerExecutor:
                 container.reload()
                 oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
         finally:
-            with contextlib.suppress(SandboxError), docker_errors("removing a grading container"):
-                container.remove(force=True)
+            _remove(container)
         limit = self.config.output_limit
         found = tuple(n for n in needles if n in out or n in err)
         signal_no = code - 128 if code > 128 else None

@@ -87,6 +87,15 @@ ATTACKS: dict[str, str] = {
         f"{_I}    os.fork() == 0 and time.sleep(60)\n"
     ),
     "write a huge file": f"{_I}open('big', 'wb').write(b'x' * 2**31)\n",
+    "SIGKILL itself, to be excluded as an infrastructure kill": (
+        f"{_I}import os, signal\n{_I}os.kill(os.getpid(), signal.SIGKILL)\n"
+    ),
+    "crash the interpreter (segfault), to be excluded": (
+        f"{_I}import ctypes\n{_I}ctypes.string_at(0)\n"
+    ),
+    "import a missing module, to be excluded as a missing dependency": (
+        f"{_I}import rcb_env_no_such_dependency\n{_I}m_hat = v_hat = self.m\n"
+    ),
 }
 
 
@@ -96,6 +105,9 @@ class HackResult(BaseModel):
     attack: str
     passed: bool
     """rcb-env's verdict (must be False)."""
+    excluded: bool
+    """Graded as an infrastructure error, i.e. left out of the score (must be False too: an
+    attack that gets itself excluded improves the pass rate of everything else)."""
     official_pass: bool
     """What the published harness's rule would have said."""
     kind: str
@@ -110,6 +122,7 @@ def run_hacks(paper: Paper, snippet: Snippet, grader: Grader) -> list[HackResult
             HackResult(
                 attack=name,
                 passed=r.passed,
+                excluded=r.is_infra_error,
                 official_pass=r.official_pass,
                 kind=r.kind.value,
                 detail=r.detail[:60],
