@@ -535,27 +535,41 @@ def _summary_table(s: Summary, title: str) -> None:
 )
 @click.option("--base", help="docker: base image the paper images were built from.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--control/--no-control",
+    default=None,
+    help="Also audit the bundled canary task, whose seeded leak must be found (default: on "
+    "for the bundled tasks).",
+)
 def audit_cmd(
     pset: Path | None,
     papers: tuple[str, ...],
     sandbox: BackendName,
     base: str | None,
     json_path: Path | None,
+    control: bool | None,
 ) -> None:
-    """Search everything an agent can read for each snippet's answer; exit 1 on any finding."""
-    from rcb_env.validation.audit import audit, findings_json
+    """Search everything an agent can read for each snippet's answer.
+
+    Exit 1 on any finding; exit 2 if the control's seeded leak was not found (then a clean
+    result proves nothing on this backend).
+    """
+    from rcb_env.validation import audit as leak_audit
 
     loaded = _load(pset, papers)
     _print_failures(loaded)
     factory = SandboxFactory(_sandbox_config(sandbox, base))
+    controlled: list[leak_audit.Finding] | None = None
     try:
         with _progress("auditing") as progress:
             bar = progress.add_task("", total=len(loaded.snippets))
-            findings = audit(
+            findings = leak_audit.audit(
                 loaded,
                 factory,
                 on_done=lambda sid: progress.update(bar, advance=1, description=sid),
             )
+        if control if control is not None else pset is None:
+            controlled = leak_audit.control(factory)
     finally:
         factory.close()
     for f in findings:
@@ -564,7 +578,21 @@ def audit_cmd(
         )
     out.print(f"{len(findings)} findings over {len(loaded.snippets)} snippets", highlight=False)
     if json_path is not None:
-        json_path.write_text(findings_json(findings))
+        json_path.write_text(leak_audit.findings_json(findings))
+    if controlled is not None:
+        caught = [f for f in controlled if f.path == leak_audit.CANARY_LEAK]
+        if not caught:
+            out.print(
+                f"[red]control failed[/red]: the seeded leak in {leak_audit.CANARY_PSET} "
+                f"({leak_audit.CANARY_LEAK}) was not found, so a clean result proves nothing here",
+                highlight=False,
+            )
+            sys.exit(2)
+        out.print(
+            f"control: the seeded leak in {leak_audit.CANARY_PSET} was found "
+            f"({len(caught)} answer lines in {leak_audit.CANARY_LEAK})",
+            highlight=False,
+        )
     sys.exit(1 if findings else 0)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,8 @@ from click.testing import CliRunner
 
 from rcb_env.cli import cli
 from rcb_env.task import load
-from rcb_env.validation.audit import needles
+from rcb_env.validation import audit as audit_module
+from rcb_env.validation.audit import canary_root, needles
 from tests.conftest import MATH_CODE, math_files, write_paper, write_pset
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
@@ -49,7 +52,89 @@ def test_a_seeded_leak_is_found_and_hidden_folders_are_not_copied(
     assert "leak" in result.output
 
 
-def test_bundled_tasks_have_no_leaks(require_bwrap: None) -> None:
+def test_bundled_tasks_have_no_leaks_and_the_seeded_canary_is_caught(
+    require_bwrap: None,
+) -> None:
     result = CliRunner().invoke(cli, ["audit"])
     assert result.exit_code == 0, result.output
     assert "0 findings over 29 snippets" in result.output
+    assert (
+        "control: the seeded leak in audit-canary was found (3 answer lines in "
+        "./notes/ema_notebook_export.py)" in result.output
+    )
+
+
+def test_the_canary_alone_is_reported_with_its_path(tmp_path: Path, require_bwrap: None) -> None:
+    report = tmp_path / "findings.json"
+    result = CliRunner().invoke(cli, ["audit", "--pset", str(canary_root()), "--json", str(report)])
+    assert result.exit_code == 1, result.output
+    found = json.loads(report.read_text())
+    assert {(f["snippet_id"], f["path"]) for f in found} == {
+        ("leaky-ema/debiased average", "./notes/ema_notebook_export.py")
+    }
+
+
+def test_a_control_that_is_not_caught_fails_the_audit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, require_bwrap: None
+) -> None:
+    """If the backend hid the seeded leak from the scanner, a clean audit would prove nothing."""
+    blind = tmp_path / "canary"
+    shutil.copytree(canary_root(), blind)
+    (blind / "leaky-ema" / "notes" / "ema_notebook_export.py").unlink()
+    monkeypatch.setattr(audit_module, "canary_root", lambda: blind)
+    result = CliRunner().invoke(cli, ["audit", "--paper", "adamw-warmup"])
+    assert result.exit_code == 2, result.output
+    assert "control failed" in result.output
+
+
+def _git(*args: str, cwd: Path) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+    )
+
+
+def test_answers_in_git_objects_outside_dot_git_are_found_loose_and_packed(
+    tmp_path: Path, require_bwrap: None
+) -> None:
+    """A bare repository is not named .git, so it is not hidden: the audit must read its loose
+    objects and its pack files, where the answer sits in a delta (both delta encodings)."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    work = tmp_path / "work"
+    work.mkdir()
+    _git("init", "-q", cwd=work)
+    (work / "stats.py").write_text("first version\n" * 50)
+    _git("add", ".", cwd=work)
+    _git("commit", "-qm", "one", cwd=work)
+    # a smaller version with an answer line, then a bigger one without it: git keeps the
+    # biggest whole and the answer's version as a delta
+    (work / "stats.py").write_text(
+        "first version\n" * 20 + "    squared_deviations = [(x - m) ** 2 for x in xs]\n"
+    )
+    _git("commit", "-qam", "two", cwd=work)
+    (work / "stats.py").write_text("first version\n" * 50 + "another line, nothing to see\n")
+    _git("commit", "-qam", "three", cwd=work)
+    (work / "loose.py").write_text("    return sum(squared_deviations) / len(xs)\n")
+    pset_root = tmp_path / "pset"
+    write_pset(pset_root, [write_paper(pset_root, "leaky", math_files(code=LONG))])
+    vendor = pset_root / "leaky" / "vendor"
+    for name, offsets in (("ofs.git", "true"), ("ref.git", "false")):
+        _git("clone", "-q", "--bare", str(work), str(vendor / name), cwd=tmp_path)
+        _git("-c", f"repack.useDeltaBaseOffset={offsets}", "repack", "-adq", cwd=vendor / name)
+        assert not list((vendor / name / "objects").glob("??/*"))  # everything is packed
+    loose = vendor / "loose.git"
+    _git("init", "-q", "--bare", str(loose), cwd=tmp_path)
+    _git("--git-dir", str(loose), "hash-object", "-w", str(work / "loose.py"), cwd=tmp_path)
+    report = tmp_path / "findings.json"
+    result = CliRunner().invoke(cli, ["audit", "--pset", str(pset_root), "--json", str(report)])
+    assert result.exit_code == 1, result.output
+    found = {(f["path"].split("/objects/")[0], f["line"]) for f in json.loads(report.read_text())}
+    answer = "squared_deviations = [(x - m) ** 2 for x in xs]"
+    assert found == {
+        ("./vendor/ofs.git", answer),
+        ("./vendor/ref.git", answer),
+        ("./vendor/loose.git", "return sum(squared_deviations) / len(xs)"),
+    }

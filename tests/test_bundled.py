@@ -49,3 +49,14 @@ def test_every_bundled_snippet_validates() -> None:
     assert set(statuses.values()) == {Status.OK}, {
         k: v for k, v in statuses.items() if v is not Status.OK
     }
+
+
+def test_the_audit_canary_is_a_real_task_outside_the_default_set() -> None:
+    from rcb_env.validation.audit import canary_root
+
+    canary = load(canary_root())
+    assert [s.id for s in canary.snippets] == ["leaky-ema/debiased average"]
+    assert "leaky-ema" not in {p.id for p in load(bundled_root()).papers}
+    grader = Grader(GradingConfig(python=config.task_python()))
+    report = validate(canary, grader)
+    assert [s.status for p in report.papers for s in p.snippet_reports] == [Status.OK]

@@ -2,9 +2,10 @@
 
 For every snippet, the sandbox the agent would get is opened and a scanner runs INSIDE it (so it
 sees exactly what the agent can see): the workspace, ``/tmp``, the home folder, the interpreter's
-environment (venv and site-packages) and the environment variables, with git's loose objects
-decompressed. The answer never enters the sandbox: the scanner receives only SHA-256 hashes of
-normalised answer lines and reports which it found, and where.
+environment (venv and site-packages) and the environment variables, with git objects inflated
+wherever a repository lies (loose objects, and pack files with their deltas applied). The answer
+never enters the sandbox: the scanner receives only SHA-256 hashes of normalised answer lines and
+reports which it found, and where.
 """
 
 from __future__ import annotations
@@ -12,20 +13,23 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 from rcb_env.sandbox import SandboxFactory
+from rcb_env.task.loader import bundled_root, load_pset
 from rcb_env.task.models import Paper, Pset, Snippet
 
 #: Shorter lines (``return x``) are too common to mean anything.
 MIN_CHARS = 24
 
 _SCANNER = r"""
-import hashlib, os, site, sys, zlib
+import hashlib, os, re, sys, zlib
 wanted = set(open(sys.argv[1]).read().split())
 roots = sys.argv[2:]
 seen = set()
+LOOSE = re.compile(r"/objects/[0-9a-f]{2}/[0-9a-f]{38}$")
 def norm(s): return " ".join(s.split())
 def check(text, where):
     for line in text.splitlines():
@@ -34,6 +38,77 @@ def check(text, where):
             h = hashlib.sha256(n.encode()).hexdigest()[:32]
             if h in wanted and (where, h) not in seen:
                 seen.add((where, h)); print(where + "\t" + h)
+def apply_delta(base, delta, inserts_only=False):
+    pos = 0
+    def varint():
+        nonlocal pos
+        value = shift = 0
+        while True:
+            c = delta[pos]; pos += 1
+            value |= (c & 0x7F) << shift; shift += 7
+            if not c & 0x80:
+                return value
+    varint(); varint()
+    out = bytearray()
+    while pos < len(delta):
+        op = delta[pos]; pos += 1
+        if op & 0x80:
+            off = size = 0
+            for i in range(4):
+                if op & (1 << i):
+                    off |= delta[pos] << (8 * i); pos += 1
+            for i in range(3):
+                if op & (0x10 << i):
+                    size |= delta[pos] << (8 * i); pos += 1
+            out += b"\n" if inserts_only else base[off:off + (size or 0x10000)]
+        elif op:
+            out += delta[pos:pos + op]; pos += op
+        else:
+            raise ValueError("bad delta")
+    return bytes(out)
+NAMES = {1: b"commit", 2: b"tree", 3: b"blob", 4: b"tag"}
+def pack_objects(data):
+    # Every object of a git pack, inflated and with deltas applied to their bases (a delta whose
+    # base is not in the pack yields the text it inserts). Stops quietly at what it does not
+    # understand.
+    if data[:4] != b"PACK":
+        return
+    pos, view = 12, memoryview(data)
+    by_offset, by_sha = {}, {}
+    for _ in range(int.from_bytes(data[8:12], "big")):
+        try:
+            start = pos
+            c = data[pos]; pos += 1; kind = (c >> 4) & 7
+            while c & 0x80:
+                c = data[pos]; pos += 1
+            base = None
+            if kind == 6:
+                c = data[pos]; pos += 1; ofs = c & 0x7F
+                while c & 0x80:
+                    c = data[pos]; pos += 1; ofs = ((ofs + 1) << 7) | (c & 0x7F)
+                base = by_offset.get(start - ofs)
+            elif kind == 7:
+                base = by_offset.get(by_sha.get(bytes(data[pos:pos + 20])))
+                pos += 20
+            d, out, fed = zlib.decompressobj(), [], pos
+            while not d.eof and fed < len(data):
+                chunk = view[fed:fed + 65536]
+                out.append(d.decompress(chunk)); fed += len(chunk)
+            pos = fed - len(d.unused_data)
+            body = b"".join(out)
+            if kind in (6, 7):
+                if base is None:
+                    yield apply_delta(b"", body, inserts_only=True)
+                    continue
+                kind, body = base[0], apply_delta(base[1], body)
+        except (IndexError, ValueError, zlib.error):
+            return
+        by_offset[start] = (kind, body)
+        header = NAMES.get(kind, b"blob") + b" %d\0" % len(body)
+        by_sha[hashlib.sha1(header + body).digest()] = start
+        yield body
+def text(data):
+    return None if b"\0" in data[:8192] else data.decode("utf-8", "replace")
 for key, value in os.environ.items():
     check(value, "$" + key)
 for root in roots:
@@ -41,18 +116,24 @@ for root in roots:
         dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
         for name in filenames:
             path = os.path.join(dirpath, name)
+            is_pack = name.endswith(".pack") and dirpath.endswith("/objects/pack")
             try:
-                if os.path.islink(path) or os.path.getsize(path) > 8_000_000:
+                size = os.path.getsize(path)
+                if os.path.islink(path) or size > (512_000_000 if is_pack else 8_000_000):
                     continue
                 data = open(path, "rb").read()
             except OSError:
                 continue
-            if "/.git/objects/" in path:
-                try: data = zlib.decompress(data)
-                except zlib.error: continue
-            elif b"\0" in data[:8192]:
+            if is_pack:
+                for obj in pack_objects(data):
+                    if (t := text(obj)) is not None:
+                        check(t, path)
                 continue
-            check(data.decode("utf-8", "replace"), path)
+            if LOOSE.search(path):
+                try: data = zlib.decompress(data).partition(b"\0")[2]
+                except zlib.error: continue
+            if (t := text(data)) is not None:
+                check(t, path)
 """.replace("MIN_CHARS", str(MIN_CHARS))
 
 
@@ -135,3 +216,18 @@ def audit(
 
 def findings_json(findings: list[Finding]) -> str:
     return json.dumps([f.model_dump() for f in findings], indent=2)
+
+
+#: The bundled positive control: a task whose repository deliberately holds its answer.
+CANARY_PSET = "audit-canary"
+CANARY_LEAK = "./notes/ema_notebook_export.py"
+
+
+def canary_root() -> Path:
+    return bundled_root() / CANARY_PSET
+
+
+def control(factory: SandboxFactory) -> list[Finding]:
+    """Audit the bundled canary task. The result must name its seeded leak; if it does not,
+    this backend hides something from the scanner and a clean audit means nothing."""
+    return audit(load_pset(canary_root()), factory)
