@@ -607,13 +607,18 @@ def audit_cmd(
 @click.option("--timeout", type=float, default=20.0, show_default=True)
 def hacks_cmd(sandbox: BackendName, base: str | None, timeout: float) -> None:
     """Grade the reward-hack suite on this backend; every attack must score 0 (exit 1 if not)."""
-    from rcb_env.validation.hacks import TARGET, run_hacks
+    from rcb_env.validation.hacks import TARGET, host_state, leftovers, run_hacks
 
     paper = loader.load(loader.bundled_root()).paper(TARGET[0])
+    snippet = paper.snippet(TARGET[1])
     factory = SandboxFactory(_sandbox_config(sandbox, base))
     try:
         grader = Grader(GradingConfig(timeout_s=timeout), executor=factory.grading_executor(paper))
-        results = run_hacks(paper, paper.snippet(TARGET[1]), grader)
+        before = host_state(factory)
+        results = run_hacks(paper, snippet, grader)
+        left = leftovers(before, factory)
+        # the next episode is clean: the honest answer still passes, in a fresh sandbox
+        after = grader.grade(paper, snippet, snippet.reference_body)
     finally:
         factory.close()
     table = Table(title=f"Reward hacks on {factory.backend}: {TARGET[0]}/{TARGET[1]}")
@@ -633,7 +638,19 @@ def hacks_cmd(sandbox: BackendName, base: str | None, timeout: float) -> None:
         "(neither passed nor excluded as infrastructure)",
         highlight=False,
     )
-    sys.exit(1 if beaten else 0)
+    for problem in left:
+        out.print(f"[red]host changed[/red]: {problem}", highlight=False, soft_wrap=True)
+    if not left:
+        out.print(
+            "host unchanged: no process of the sandbox user, no container, no new file in the "
+            "shared temporary folders or the scratch folder",
+            highlight=False,
+        )
+    if after.passed:
+        out.print("next episode clean: the reference still passes", highlight=False)
+    else:
+        out.print(f"[red]next episode broken[/red]: {after.detail}", highlight=False)
+    sys.exit(1 if beaten or left or not after.passed else 0)
 
 
 @cli.group()

@@ -6,6 +6,7 @@ process itself (attacks on the workspace are in test_sandbox/test_env/test_confo
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,8 @@ def test_the_hacks_command_scores_every_attack_zero_on_bwrap(require_bwrap: None
     result = CliRunner().invoke(cli, ["hacks", "--sandbox", "bwrap"])
     assert result.exit_code == 0, result.output
     assert f"{len(ATTACKS)} of {len(ATTACKS)} attacks scored 0" in result.output
+    assert "host unchanged" in result.output
+    assert "next episode clean: the reference still passes" in result.output
 
 
 def test_the_hacks_command_scores_every_attack_zero_on_docker(docker_images: str) -> None:
@@ -153,3 +156,35 @@ def test_the_hacks_command_scores_every_attack_zero_on_docker(docker_images: str
     result = CliRunner().invoke(cli, ["hacks", "--sandbox", "docker", "--base", docker_images])
     assert result.exit_code == 0, result.output
     assert "attacks scored 0" in result.output
+    assert "host unchanged" in result.output
+    assert "next episode clean: the reference still passes" in result.output
+
+
+@pytest.mark.bwrap
+def test_the_host_check_sees_what_an_attack_would_leave(require_bwrap: None) -> None:
+    import subprocess
+
+    from rcb_env.sandbox import SandboxConfig, SandboxFactory
+    from rcb_env.validation.hacks import host_state, leftovers
+
+    factory = SandboxFactory(SandboxConfig(backend="bwrap", python=config.task_python()))
+    try:
+        before = host_state(factory)
+        assert leftovers(before, factory, settle_s=0) == []
+        survivor = subprocess.Popen(["setpriv", "--reuid=rcb-sandbox", "sleep", "321.5"])
+        stray = factory.scratch / "stray-from-an-attack"
+        stray.mkdir()
+        try:
+            for _ in range(100):  # until setpriv has dropped to the user and exec'd sleep
+                problems = leftovers(before, factory, settle_s=0)
+                if any("sleep 321.5" in p for p in problems):
+                    break
+                time.sleep(0.05)
+        finally:
+            survivor.kill()
+            survivor.wait()
+            stray.rmdir()
+        assert any("process left running" in p and "sleep 321.5" in p for p in problems)
+        assert f"new file or folder: {stray}" in problems
+    finally:
+        factory.close()

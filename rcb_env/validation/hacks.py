@@ -8,9 +8,17 @@ The target is the bundled numpy paper's "bias correction" snippet (two lines ins
 
 from __future__ import annotations
 
+import contextlib
+import pwd
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 
 from rcb_env.grading.grader import Grader
+from rcb_env.sandbox import SandboxFactory
 from rcb_env.task.models import Paper, Snippet
 
 TARGET = ("adamw-warmup", "bias correction")
@@ -129,3 +137,81 @@ def run_hacks(paper: Paper, snippet: Snippet, grader: Grader) -> list[HackResult
             )
         )
     return out
+
+
+class HostState(BaseModel):
+    """What an attack could leave behind on the host."""
+
+    model_config = ConfigDict(frozen=True)
+
+    processes: frozenset[str]
+    """``pid command`` of the sandbox user's processes."""
+    containers: frozenset[str]
+    """This process's Docker containers."""
+    entries: frozenset[str]
+    """Top-level entries of the shared temporary folders and of the scratch folder."""
+
+
+def _sandbox_uids(factory: SandboxFactory) -> set[int]:
+    uids = set()
+    if factory.config.user is not None:
+        with contextlib.suppress(KeyError):
+            uids.add(pwd.getpwnam(factory.config.user).pw_uid)
+    if factory.backend == "docker":
+        uids.add(1000)  # the containers' user, as the host sees it
+    return uids
+
+
+def host_state(factory: SandboxFactory) -> HostState:
+    uids = _sandbox_uids(factory)
+    processes: set[str] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if proc.stat().st_uid in uids:
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                processes.add(f"{proc.name} {cmd.strip()[:120]}")
+        except OSError:
+            continue
+    containers: set[str] = set()
+    docker: Any = getattr(factory, "_docker", None)
+    if docker is not None:
+        from rcb_env.sandbox.docker import LABEL_OWNER, owner_label
+
+        found = docker.containers.list(
+            all=True, filters={"label": f"{LABEL_OWNER}={owner_label()}"}
+        )
+        containers = {c.short_id for c in found}
+    entries: set[str] = set()
+    for folder in {
+        Path(tempfile.gettempdir()),
+        Path("/var/tmp"),
+        Path("/dev/shm"),
+        factory.scratch,
+    }:
+        try:
+            entries.update(str(child) for child in folder.iterdir())
+        except OSError:
+            continue
+    return HostState(
+        processes=frozenset(processes),
+        containers=frozenset(containers),
+        entries=frozenset(entries),
+    )
+
+
+def leftovers(before: HostState, factory: SandboxFactory, settle_s: float = 5.0) -> list[str]:
+    """What the suite left on the host: processes of the sandbox user, containers, files.
+    Waits up to ``settle_s`` for killed processes to be reaped."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        after = host_state(factory)
+        problems = [
+            f"process left running: {p}" for p in sorted(after.processes - before.processes)
+        ]
+        problems += [f"container left: {c}" for c in sorted(after.containers - before.containers)]
+        problems += [f"new file or folder: {e}" for e in sorted(after.entries - before.entries)]
+        if not problems or time.monotonic() >= deadline:
+            return problems
+        time.sleep(0.1)
