@@ -21,9 +21,11 @@ import pytest
 from rcb_agents.baselines import OracleAgent
 
 from rcb_env import config
+from rcb_env.episode.env import RcbEnv
 from rcb_env.grading import FailureKind, Grader, GradingConfig, Outcome, classify
 from rcb_env.results.records import final_records, read_records
 from rcb_env.runner.eval import EvalConfig, run_eval
+from rcb_env.sandbox import SandboxFactory
 from rcb_env.sandbox import docker as docker_sandbox
 from rcb_env.sandbox.base import ExecResult, Executor, Limits, SandboxConfig
 from rcb_env.sandbox.bwrap import CGROUP_ROOT, BwrapExecutor
@@ -392,3 +394,80 @@ def test_an_engine_that_stays_away_leaves_labelled_exclusions_and_the_run_comple
     proxy.up()
     assert docker_sandbox.remove_leftovers() == 0
     assert our_containers() == []
+
+
+# --- a sandbox killed in the middle of an episode --------------------------------------------
+
+
+def _kill_launcher_soon(marker: str, delay_s: float = 0.5) -> threading.Thread:
+    """SIGKILL, from outside, the host process that holds the episode's shell (the bwrap
+    launcher, or the `docker exec` client), identified by ``marker`` in its command line."""
+
+    def kill() -> None:
+        time.sleep(delay_s)
+        for proc in Path("/proc").iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+                if argv[0].endswith((b"bwrap", b"docker")) and marker.encode() in argv:
+                    os.kill(int(proc.name), signal.SIGKILL)
+                    return
+
+    t = threading.Thread(target=kill)
+    t.start()
+    return t
+
+
+def _episode_killed_mid_command(factory: SandboxFactory, marker: Callable[[Any], str]) -> None:
+    paper = load(bundled_root(), papers={"adamw-warmup"}).papers[0]
+    env = RcbEnv(paper, paper.snippets[0], factory=factory)
+    try:
+        env.reset()
+        assert env.sandbox is not None
+        killer = _kill_launcher_soon(marker(env.sandbox))
+        _obs, reward, terminated, truncated, info = env.step(
+            {"tool": "run_command", "command": "sleep 5; echo slept"}
+        )
+        killer.join()
+        assert (reward, terminated, truncated) == (0.0, False, True)
+        assert info["infra_error"]["stage"] == "sandbox"
+        assert "killed from outside (SIGKILL)" in info["infra_error"]["message"]
+    finally:
+        env.close()
+
+
+def test_a_bwrap_sandbox_killed_mid_episode_is_infrastructure(
+    bwrap_config: SandboxConfig,
+) -> None:
+    factory = SandboxFactory(bwrap_config)
+    try:
+        _episode_killed_mid_command(factory, lambda sandbox: str(sandbox.workspace))
+    finally:
+        factory.close()
+
+
+def test_a_docker_shell_killed_mid_episode_is_infrastructure(docker_images: str) -> None:
+    factory = SandboxFactory(SandboxConfig(backend="docker", docker_base=docker_images))
+    try:
+        _episode_killed_mid_command(factory, lambda sandbox: str(sandbox.slot.container.id))
+    finally:
+        factory.close()
+
+
+def test_an_agent_that_kills_its_own_shell_is_not_infrastructure(
+    bwrap_config: SandboxConfig,
+) -> None:
+    """From inside, the agent can end its shell, not the launcher: that costs it the session."""
+    factory = SandboxFactory(bwrap_config)
+    try:
+        with factory.create(*_first_adamw()) as sandbox:
+            r = sandbox.exec("kill -9 $$")
+            assert r.exit_code is None
+            assert "ended the shell" in r.stderr
+            assert sandbox.exec("echo back").stdout == "back\n"
+    finally:
+        factory.close()
+
+
+def _first_adamw() -> tuple[Paper, Any]:
+    paper = load(bundled_root(), papers={"adamw-warmup"}).papers[0]
+    return paper, paper.snippets[0]

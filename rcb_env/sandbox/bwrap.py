@@ -356,6 +356,7 @@ class BwrapSandbox(Sandbox):
                 control_host=self.control,
                 control_inside=self._control_inside,
                 output_limit=self.config.output_limit,
+                launcher_outside=True,
             )
         before = self._group.memory_events()[0] if self._group is not None else 0
         result = self._session.run(command, timeout_s=timeout_s or self.config.command_timeout_s)

@@ -271,6 +271,7 @@ class DockerSandbox(Sandbox):
                 control_inside="/.rcb",
                 output_limit=self.config.output_limit,
                 on_kill=self.slot.kill_user_processes,
+                launcher_outside=True,
             )
         result = self._session.run(command, timeout_s=timeout_s or self.config.command_timeout_s)
         if result.exit_code is None and not result.timed_out:

@@ -34,8 +34,13 @@ class ShellSession:
         control_inside: str,
         output_limit: int = 20_000,
         on_kill: Callable[[], None] | None = None,
+        launcher_outside: bool = False,
     ) -> None:
+        """``launcher_outside``: nothing inside the sandbox can signal the launcher process (a
+        bwrap outside the sandbox's pid namespace, a ``docker exec`` client on the host), so if
+        it dies by a signal, the sandbox was killed from outside: an infrastructure failure."""
         self._launcher = launcher
+        self._launcher_outside = launcher_outside
         self._control_host = control_host
         self._control_inside = control_inside
         self._output_limit = output_limit
@@ -112,6 +117,7 @@ class ShellSession:
             proc.stdin.write(line.encode())
             proc.stdin.flush()
         except (BrokenPipeError, OSError):
+            self._check_killed(proc)
             self.kill()
             return self._result(n, None, start, note="the shell had exited; session restarted")
         deadline = start + timeout_s
@@ -134,6 +140,7 @@ class ShellSession:
             if ready:
                 chunk = os.read(fd, 65536)
                 if not chunk:  # the shell ended (e.g. the command ran `exit`)
+                    self._check_killed(proc)
                     exit_marker = f"__RCB_EXIT_{self._token} ".encode()
                     status: int | None = None
                     at = self._buffer.find(exit_marker)
@@ -145,6 +152,20 @@ class ShellSession:
                         n, status, start, note="the command ended the shell; a new one was started"
                     )
                 self._buffer += chunk
+
+    def _check_killed(self, proc: subprocess.Popen[bytes]) -> None:
+        """Raise SandboxError if the launcher was killed by a signal nobody inside could send."""
+        if not self._launcher_outside:
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        if proc.returncode is not None and proc.returncode < 0:
+            self.kill()
+            try:
+                name = signal.Signals(-proc.returncode).name
+            except ValueError:
+                name = f"signal {-proc.returncode}"
+            raise SandboxError(f"the sandbox was killed from outside ({name}) during the command")
 
     def _result(
         self,
