@@ -132,7 +132,10 @@ def test_grading_copies_are_fresh_and_the_pristine_tree_is_untouched(
     before = _tree_digest(paper.root)
     body = (
         "    open('planted.txt', 'w').write('x')\n"
-        "    open('stats_ref.py', 'a').write('\\nBROKEN = 1\\n')\n"
+        "    try:\n"
+        "        open('stats_ref.py', 'a').write('\\nBROKEN = 1\\n')\n"
+        "    except PermissionError:\n"
+        "        pass  # refused in the grading run too; the copy must not matter anyway\n"
         "    return sum((x - mean(xs)) ** 2 for x in xs) / len(xs)\n"
     )
     s = paper.snippet("variance")

@@ -133,6 +133,27 @@ def test_patching_comparison_libraries_is_tampering(
     assert grader.grade(numpy_paper, s, s.reference_body).passed  # and the honest body passes
 
 
+def test_the_copy_attacks_are_real_with_the_source_in_hand(
+    numpy_paper: Paper, tmp_path: Path
+) -> None:
+    """The copying attacks fail only because the reference's source cannot be obtained: handed
+    the source, the same copying code passes."""
+    from rcb_env.validation.hacks import _COPY, _I, ATTACKS
+
+    s = numpy_paper.snippet("bias correction")
+    source = (numpy_paper.root / "optim_ref.py").read_text()
+    grader = Grader(GradingConfig(python=config.task_python(), timeout_s=60), scratch=tmp_path)
+    assert grader.grade(numpy_paper, s, f"{_I}TEXT = {source!r}\n" + _COPY).passed
+    copying = [name for name, body in ATTACKS.items() if body.endswith(_COPY)]
+    assert len(copying) >= 10
+    for name in copying:
+        r = grader.grade(numpy_paper, s, ATTACKS[name])
+        assert r.outcome is Outcome.FAILED, (name, r.detail)
+        why = " ".join(t.message for t in r.tests)
+        stopped = ("off limits", "may not start programs", "has no attribute", "KeyError")
+        assert any(reason in why for reason in stopped), (name, why[-800:])
+
+
 @pytest.mark.bwrap
 def test_the_hacks_command_scores_every_attack_zero_on_bwrap(require_bwrap: None) -> None:
     from click.testing import CliRunner

@@ -1,7 +1,8 @@
 """rcb-env's test runner. Runs INSIDE the task interpreter, so it imports only the standard library
 and keeps to syntax older Pythons accept.
 
-Usage: ``python _runner.py TEST_FILE REPORT_FILE KEY_FILE [MEMORY_BYTES FSIZE_BYTES CPU_SECONDS]``
+Usage: ``python _runner.py TEST_FILE REPORT_FILE KEY_FILE [MEMORY_BYTES FSIZE_BYTES CPU_SECONDS
+[CANDIDATE_FILE]]``
 
 It behaves like ``python TEST_FILE`` (same ``__main__``, argv, ``sys.path[0]`` and output, so the
 official output rule still reads the same text), except that ``unittest.main`` is replaced by a
@@ -13,9 +14,17 @@ The tested code runs in this process, so the channel is hardened rather than tru
 is numbered and signed (HMAC-SHA256 with a key read from KEY_FILE, which is deleted before any
 test code is imported), and the callables a verdict depends on (unittest's modules and classes,
 builtins, the test classes' methods, numpy/torch/math comparison functions, this runner's own
-functions) are snapshotted and checked after every test; a change is reported as tampering. Code
-that specifically targets this runner's internals (walking frames to its key, rewriting its code
-objects in place) is out of scope: see the README's threat model.
+functions) are snapshotted and checked after every test; a change is reported as tampering.
+
+The answer is in this folder too (the reference copies the tests compare against), so an audit
+hook guards it: while code of CANDIDATE_FILE is on the stack, or in any thread but the main one,
+the test file and every ``*_ref.py`` cannot be opened (by any path: ``../``, ``/proc/self/cwd``,
+symlinks, hard links; matched by inode), linked, renamed or removed, and no program can be
+started. Once the test module is loaded, the reference modules leave ``sys.modules`` (the tests
+keep what they imported) and ``__main__`` is a blank module, so ``import x_ref`` from tested code
+must load the file, which the hook refuses. Code that specifically targets this runner's
+internals (walking frames or the garbage collector to the tests' objects, forging code objects'
+file names, ctypes) is out of scope: see the README's threat model.
 """
 
 from __future__ import annotations
@@ -27,10 +36,12 @@ import hashlib
 import hmac
 import importlib
 import json
+import linecache
 import os
 import resource
 import runpy
 import sys
+import threading
 import traceback
 import types
 import unittest
@@ -40,6 +51,13 @@ from typing import Any
 _report_fd = -1
 _main_calls = 0
 _seq = [0]
+#: (st_dev, st_ino) of the files tested code must not touch, and their paths
+_protected_ids: set[tuple[int, int]] = set()
+_protected_paths: set[str] = set()
+#: co_filename values of the candidate's file
+_candidate_names: set[str] = set()
+_GUARDED_PATHS = {"open", "os.link", "os.symlink", "os.rename", "os.remove", "os.truncate"}
+_SPAWN = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn"}
 
 
 def _unsigned(_line: bytes) -> bytes:
@@ -84,6 +102,75 @@ def _emit(event: dict[str, Any]) -> None:
     _seq[0] += 1
     line = json.dumps(dict(event, seq=_seq[0])).encode("utf-8", "replace")
     os.write(_report_fd, _sign(line) + b" " + line + b"\n")
+
+
+def _is_protected(path: Any) -> bool:
+    if isinstance(path, int) or path is None:
+        return False
+    try:
+        st = os.stat(path)
+    except (OSError, TypeError, ValueError):
+        return False
+    return (st.st_dev, st.st_ino) in _protected_ids
+
+
+def _candidate_running() -> bool:
+    frame: Any = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename in _candidate_names:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event in _GUARDED_PATHS:
+        if not _is_protected(args[0]):
+            return
+        if event != "open" or threading.current_thread() is not threading.main_thread():
+            raise PermissionError(f"rcb-env: {args[0]} is off limits to the code under test")
+        if _candidate_running():
+            raise PermissionError(f"rcb-env: {args[0]} is off limits to the code under test")
+    elif event in _SPAWN and _candidate_running():
+        raise PermissionError("rcb-env: the code under test may not start programs")
+
+
+def _guard(here: str, test_file: str, candidate: str) -> None:
+    """Protect the answer (see the module docstring) from here on."""
+    for dirpath, dirnames, filenames in os.walk(here):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if name.endswith("_ref.py") or os.path.abspath(path) == os.path.abspath(
+                os.path.join(here, test_file)
+            ):
+                with contextlib.suppress(OSError):
+                    st = os.stat(path)
+                    _protected_ids.add((st.st_dev, st.st_ino))
+                    _protected_paths.update({os.path.abspath(path), os.path.realpath(path)})
+    if candidate:
+        full = os.path.join(here, candidate)
+        _candidate_names.update({full, os.path.abspath(full), os.path.realpath(full)})
+    if hasattr(sys, "addaudithook"):
+        sys.addaudithook(_audit)
+
+
+def _forget_protected() -> None:
+    """Drop what would hand tested code the answer without opening a file: cached source lines
+    and (once the test module is loaded) the reference modules in ``sys.modules``."""
+    for path in list(linecache.cache):
+        if path in _protected_paths or os.path.abspath(path) in _protected_paths:
+            linecache.cache.pop(path, None)
+
+
+def _hide_reference_modules(test_module: Any) -> None:
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if path and os.path.abspath(path) in _protected_paths and module is not test_module:
+            sys.modules.pop(name, None)
+    if sys.modules.get("__main__") is test_module:
+        sys.modules["__main__"] = types.ModuleType("__main__")
+    _forget_protected()
 
 
 def _snapshot(obj: Any, names: tuple[str, ...] | None) -> dict[str, tuple[Any, Any]]:
@@ -152,6 +239,7 @@ def _test_id(test: Any) -> str:
 class _ReportingResult(unittest.TextTestResult):
     def stopTest(self, test: unittest.TestCase) -> None:
         super().stopTest(test)
+        _forget_protected()  # a failure's traceback may have cached a reference's lines
         _check(_test_id(test))
 
     def _report(self, test: unittest.TestCase, status: str, err: Any = None) -> None:
@@ -215,6 +303,7 @@ def _main(
         if isinstance(value, type) and issubclass(value, unittest.TestCase):
             _watch(f"testclass.{value.__name__}", value)
     _check("test module import")
+    _hide_reference_modules(module)
     loader = testLoader or unittest.defaultTestLoader
     if defaultTest is None:
         suite = loader.loadTestsFromModule(module)
@@ -291,6 +380,7 @@ def run() -> int:
             # A missing library is the test's problem, reported there.
             with contextlib.suppress(Exception):
                 _watch(name, importlib.import_module(name), _LIB_NAMES)
+    _guard(here, test_file, sys.argv[7] if len(sys.argv) >= 8 else "")
     sys.argv = [test_file]
     sys.path[0] = here
     code = 0

@@ -455,6 +455,7 @@ class Grader:
                 str(self.config.memory_mb * mb),
                 str(self.config.file_size_mb * mb),
                 str(int(timeout) + 5),
+                snippet.file,
             ]
             try:
                 run = self.executor.run(
