@@ -432,6 +432,14 @@ def eval_cmd(
         )
     _summary_table(summary, _shown(run_dir))
     out.print(f"records: {_shown(run_dir / 'episodes.jsonl')}")
+    if summary.infra_errors:
+        out.print(
+            f"{summary.infra_errors} episode(s) could not be scored (infrastructure, excluded "
+            f"above); once the cause is fixed: rcb-env eval ... --resume {_shown(run_dir)}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        sys.exit(3)
 
 
 @cli.command()

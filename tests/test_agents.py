@@ -142,7 +142,8 @@ def test_a_non_retryable_error_is_infrastructure_not_zero(
     pset: Pset, tmp_path: Path, spec: str, status: int
 ) -> None:
     with ScriptedModelServer([Fault(status=status)]) as server:
-        s = run_eval(pset, _cfg("tools", spec, _url(server, spec)), tmp_path / "run")
+        cfg = _cfg("tools", spec, _url(server, spec))
+        s = run_eval(pset, cfg, tmp_path / "run", infra_retries=0)
         assert len(server.requests) == 1  # not retried
     r = _one(tmp_path / "run")
     assert (r.status, r.passed) == ("infra_error", None)
@@ -153,13 +154,37 @@ def test_a_non_retryable_error_is_infrastructure_not_zero(
     assert s.infra_errors == 1
 
 
-def test_retry_budget_exhausted_is_infrastructure(pset: Pset, tmp_path: Path) -> None:
-    with ScriptedModelServer([Fault(status=500)] * 3) as server:
-        run_eval(pset, _cfg("tools", PROVIDERS[0], server.openai_url), tmp_path / "run")
-        assert len(server.requests) == 3
-    r = _one(tmp_path / "run")
-    assert r.status == "infra_error"
-    assert "gave up after 3 attempts" in r.infra_error.message
+def test_retry_budget_exhausted_is_infrastructure_and_the_episode_runs_again(
+    pset: Pset, tmp_path: Path
+) -> None:
+    """429, 500 and a timeout use up the 3 attempts: the episode is an infrastructure error,
+    runs again after the others (one round), and then passes."""
+    faults = [Fault(status=429, retry_after=0), Fault(status=500), Fault(delay_s=3)]
+    with ScriptedModelServer([*faults, *_solve_script()]) as server:
+        cfg = _cfg("tools", PROVIDERS[0], server.openai_url, timeout_s=0.5)
+        s = run_eval(pset, cfg, tmp_path / "run", infra_retries=1, retry_delay_s=0)
+    first, again = read_records(tmp_path / "run" / "episodes.jsonl")
+    assert first.status == "infra_error"
+    assert first.infra_error is not None
+    assert first.infra_error.stage == "model"
+    assert "gave up after 3 attempts" in first.infra_error.message
+    assert (again.snippet_id, again.status, again.passed) == (first.snippet_id, "completed", True)
+    assert s.infra_errors == 0
+    assert s.overall is not None
+    assert s.overall.scaled == 100.0
+
+
+def test_a_model_server_down_for_the_whole_run_is_excluded_not_zero(
+    pset: Pset, tmp_path: Path
+) -> None:
+    with ScriptedModelServer([Fault(status=500)] * 6) as server:
+        cfg = _cfg("tools", PROVIDERS[0], server.openai_url)
+        s = run_eval(pset, cfg, tmp_path / "run", infra_retries=1, retry_delay_s=0)
+        assert len(server.requests) == 6  # 3 attempts, twice
+    records = read_records(tmp_path / "run" / "episodes.jsonl")
+    assert [r.status for r in records] == ["infra_error", "infra_error"]
+    assert s.overall is None
+    assert (s.infra_errors, s.infra_by_cause) == (1, {"model: ProviderError": 1})
 
 
 def test_malformed_tool_calls_come_back_as_observations(pset: Pset, tmp_path: Path) -> None:

@@ -301,3 +301,21 @@ def test_unknown_agent_is_a_config_error(tmp_path: Path) -> None:
     )
     assert result.exit_code != 0
     assert "cannot import nope.module" in str(result.exception) + result.output
+
+
+@pytest.mark.bwrap
+@pytest.mark.slow
+def test_cli_eval_exits_3_and_says_how_to_resume_when_episodes_could_not_be_scored(
+    tmp_path: Path, require_bwrap: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RCB_TASK_PYTHON", str(tmp_path / "no-such-python"))
+    run_dir = tmp_path / "run"
+    pset = _small_pset(tmp_path / "pset", papers=1)
+    args = ["eval", "--agent", "oracle", "--pset", str(pset), "--resume", str(run_dir)]
+    result = CliRunner().invoke(cli, [*args, "--infra-retries", "1", "--retry-delay", "0"])
+    assert result.exit_code == 3, result.output
+    assert "3 episode(s) could not be scored" in result.output
+    assert f"--resume {run_dir}" in result.output.replace("\n", "")
+    records = read_records(run_dir / "episodes.jsonl")
+    assert len(records) == 6  # one retry round, still broken
+    assert {r.status for r in records} == {"infra_error"}
