@@ -18,7 +18,7 @@ from rcb_env.grading import FailureKind, Grader, GradingConfig, Outcome, TestSta
 from rcb_env.grading.grader import expected_tests
 from rcb_env.sandbox.base import ExecResult
 from rcb_env.task import Paper, load
-from tests.conftest import MATH_TEST, live_processes, math_files, write_paper, write_pset
+from tests.conftest import MATH_CODE, MATH_TEST, live_processes, math_files, write_paper, write_pset
 
 pytestmark = pytest.mark.slow
 
@@ -304,3 +304,66 @@ def test_threads_are_limited_in_the_test_environment(paper: Paper, grader: Grade
         assert grader.grade(paper, paper.snippet("variance"), body).passed
     finally:
         del os.environ["RCB_SECRET_PROBE"]
+
+
+LATE_IMPORT_TEST = """\
+import unittest
+
+from stats import variance
+
+
+class TestStats(unittest.TestCase):
+    def test_variance(self):
+        from stats_ref import variance as variance_ref  # imported late, by the test itself
+
+        self.assertAlmostEqual(variance([1, 2, 3, 4]), variance_ref([1, 2, 3, 4]))
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+def test_the_guard_leaves_the_tests_and_honest_code_alone(tmp_path: Path) -> None:
+    """Once the tests run, the reference and the test file are off the disk, a test can still
+    import a reference late (from memory), and tested code may start programs."""
+    paper = _paper(tmp_path, **{"paper2code_test.py": LATE_IMPORT_TEST})
+    g = Grader(GradingConfig(python=Path(sys.executable), timeout_s=30), scratch=tmp_path)
+    s = paper.snippet("variance")
+    body = (
+        "    import os, subprocess\n"
+        "    assert not os.path.exists('stats_ref.py')\n"
+        "    assert not os.path.exists('paper2code_test.py')\n"
+        "    subprocess.run(['true'], check=True)\n" + s.reference_body
+    )
+    r = g.grade(paper, s, body)
+    assert r.passed, r.detail + r.stderr[-2000:]
+    # ... while the candidate itself cannot import the reference late
+    r = g.grade(paper, s, "    from stats_ref import variance as v\n    return v(xs)\n")
+    assert (r.outcome, r.kind) == (Outcome.FAILED, FailureKind.TEST_FAILURE)
+    assert "stats_ref is off limits to the code under test" in r.tests[0].message
+
+
+@pytest.mark.parametrize(
+    ("leak", "refusal"),
+    [
+        ('subprocess.run(["cat", "stats_ref.py"])', "may not start programs yet"),
+        ('open("stats_ref.py").read()', "stats_ref.py is off limits"),
+        ('open("/proc/self/cwd/paper2code_test.py").read()', "paper2code_test.py is off limits"),
+    ],
+)
+def test_before_the_tests_run_tested_code_cannot_reach_the_answer(
+    tmp_path: Path, leak: str, refusal: str
+) -> None:
+    """Module-level code runs while the test file imports it, when the reference and the test
+    file are still on the disk: reading them or starting a program is refused."""
+    code = MATH_CODE.replace(
+        '"""Tiny maths library."""\n',
+        f'"""Tiny maths library."""\nimport subprocess\n\nLEAK = {leak}\n',
+    )
+    paper = _paper(tmp_path, **{"stats.py": code})
+    g = Grader(GradingConfig(python=Path(sys.executable), timeout_s=30), scratch=tmp_path)
+    s = paper.snippet("variance")
+    r = g.grade(paper, s, s.reference_body)
+    assert r.outcome is Outcome.FAILED
+    assert refusal in r.detail + r.stderr

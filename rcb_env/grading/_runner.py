@@ -20,11 +20,13 @@ The answer is in this folder too (the reference copies the tests compare against
 hook guards it: while code of CANDIDATE_FILE is on the stack, or in any thread but the main one,
 the test file and every ``*_ref.py`` cannot be opened (by any path: ``../``, ``/proc/self/cwd``,
 symlinks, hard links; matched by inode), linked, renamed or removed, and no program can be
-started. Once the test module is loaded, the reference modules leave ``sys.modules`` (the tests
-keep what they imported) and ``__main__`` is a blank module, so ``import x_ref`` from tested code
-must load the file, which the hook refuses. Code that specifically targets this runner's
-internals (walking frames or the garbage collector to the tests' objects, forging code objects'
-file names, ctypes) is out of scope: see the README's threat model.
+started. Once the test module is loaded (``unittest.main`` or the first test), those files leave
+the disk (the references' sources stay in memory for the tests' own later imports), the
+reference modules leave ``sys.modules`` (the tests keep what they imported) and ``__main__`` is a
+blank module; from then on tested code may start programs, which find nothing to read. Code
+that specifically targets this runner's internals (walking frames or the garbage collector to
+the tests' objects, forging code objects' file names, ctypes) is out of scope: see the README's
+threat model.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ import contextlib
 import hashlib
 import hmac
 import importlib
+import importlib.abc
+import importlib.util
 import json
 import linecache
 import os
@@ -54,6 +58,12 @@ _seq = [0]
 #: (st_dev, st_ino) of the files tested code must not touch, and their paths
 _protected_ids: set[tuple[int, int]] = set()
 _protected_paths: set[str] = set()
+#: the protected files themselves (one absolute path each), and the sources of the references
+_protected_files: list[str] = []
+_sources: dict[str, bytes] = {}
+#: set once the test module is loaded and the protected files are off the disk
+_sealed = [False]
+_bypass = [False]
 #: co_filename values of the candidate's file
 _candidate_names: set[str] = set()
 _GUARDED_PATHS = {"open", "os.link", "os.symlink", "os.rename", "os.remove", "os.truncate"}
@@ -115,7 +125,7 @@ def _is_protected(path: Any) -> bool:
 
 
 def _candidate_running() -> bool:
-    frame: Any = sys._getframe(2)
+    frame: Any = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_filename in _candidate_names:
             return True
@@ -123,16 +133,56 @@ def _candidate_running() -> bool:
     return False
 
 
+def _refused(what: Any) -> PermissionError:
+    return PermissionError(f"rcb-env: {what} is off limits to the code under test")
+
+
 def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if _bypass[0]:
+        return
     if event in _GUARDED_PATHS:
         if not _is_protected(args[0]):
             return
         if event != "open" or threading.current_thread() is not threading.main_thread():
-            raise PermissionError(f"rcb-env: {args[0]} is off limits to the code under test")
+            raise _refused(args[0])
         if _candidate_running():
-            raise PermissionError(f"rcb-env: {args[0]} is off limits to the code under test")
-    elif event in _SPAWN and _candidate_running():
-        raise PermissionError("rcb-env: the code under test may not start programs")
+            raise _refused(args[0])
+    elif event in _SPAWN and not _sealed[0] and _candidate_running():
+        # Until the protected files are off the disk, another program could read them.
+        raise PermissionError("rcb-env: the code under test may not start programs yet")
+
+
+class _MemoryFinder(importlib.abc.MetaPathFinder):
+    """Re-imports a reference module for the tests (e.g. inside a test method) from the copy in
+    memory, once its file is gone; refuses tested code and other threads."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        last = fullname.rpartition(".")[2]
+        if not last.endswith("_ref"):
+            return None
+        for folder in path or sys.path:
+            candidate = os.path.abspath(os.path.join(folder or ".", last + ".py"))
+            if candidate in _sources:
+                if threading.current_thread() is not threading.main_thread() or (
+                    _candidate_running()
+                ):
+                    raise _refused(fullname)
+                return importlib.util.spec_from_loader(
+                    fullname, _MemoryLoader(candidate), origin=candidate
+                )
+        return None
+
+
+class _MemoryLoader(importlib.abc.Loader):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def create_module(self, spec: Any) -> None:
+        return None
+
+    def exec_module(self, module: Any) -> None:
+        module.__file__ = self.path
+        exec(compile(_sources[self.path], self.path, "exec"), module.__dict__)
 
 
 def _guard(here: str, test_file: str, candidate: str) -> None:
@@ -148,11 +198,33 @@ def _guard(here: str, test_file: str, candidate: str) -> None:
                     st = os.stat(path)
                     _protected_ids.add((st.st_dev, st.st_ino))
                     _protected_paths.update({os.path.abspath(path), os.path.realpath(path)})
+                    _protected_files.append(os.path.abspath(path))
     if candidate:
         full = os.path.join(here, candidate)
         _candidate_names.update({full, os.path.abspath(full), os.path.realpath(full)})
     if hasattr(sys, "addaudithook"):
         sys.addaudithook(_audit)
+    builtins.__import__ = _import
+
+
+_original_import = builtins.__import__
+
+
+def _import(
+    name: str,
+    globals: Any = None,
+    locals: Any = None,
+    fromlist: Any = (),
+    level: int = 0,
+) -> Any:
+    """``__import__``, except that once sealed, a reference module the tests import again
+    does not stay in ``sys.modules`` (where tested code could pick it up without a file)."""
+    module = _original_import(name, globals, locals, fromlist, level)
+    if _sealed[0] and ("_ref" in name or any("_ref" in str(f) for f in fromlist or ())):
+        for key, value in list(sys.modules.items()):
+            if key.endswith("_ref") and getattr(value, "__file__", None) in _sources:
+                sys.modules.pop(key, None)
+    return module
 
 
 def _forget_protected() -> None:
@@ -163,14 +235,32 @@ def _forget_protected() -> None:
             linecache.cache.pop(path, None)
 
 
-def _hide_reference_modules(test_module: Any) -> None:
+def _seal(test_module: Any = None) -> None:
+    """Once the test module is loaded: take the protected files off the disk (keeping the
+    references' sources in memory for the tests' own later imports), drop the reference modules
+    from ``sys.modules`` and blank ``__main__``. From then on no program started by tested code
+    can read them either."""
+    if _sealed[0]:
+        return
+    _bypass[0] = True
+    try:
+        for path in _protected_files:
+            with contextlib.suppress(OSError):
+                if path.endswith("_ref.py"):
+                    with open(path, "rb") as f:
+                        _sources[path] = f.read()
+                os.unlink(path)
+    finally:
+        _bypass[0] = False
+    sys.meta_path.insert(0, _MemoryFinder())
     for name, module in list(sys.modules.items()):
-        path = getattr(module, "__file__", None)
-        if path and os.path.abspath(path) in _protected_paths and module is not test_module:
+        origin = getattr(module, "__file__", None)
+        if origin and os.path.abspath(origin) in _protected_paths and module is not test_module:
             sys.modules.pop(name, None)
-    if sys.modules.get("__main__") is test_module:
+    if test_module is not None and sys.modules.get("__main__") is test_module:
         sys.modules["__main__"] = types.ModuleType("__main__")
     _forget_protected()
+    _sealed[0] = True
 
 
 def _snapshot(obj: Any, names: tuple[str, ...] | None) -> dict[str, tuple[Any, Any]]:
@@ -237,6 +327,10 @@ def _test_id(test: Any) -> str:
 
 
 class _ReportingResult(unittest.TextTestResult):
+    def startTest(self, test: unittest.TestCase) -> None:
+        _seal(sys.modules.get("__main__"))
+        super().startTest(test)
+
     def stopTest(self, test: unittest.TestCase) -> None:
         super().stopTest(test)
         _forget_protected()  # a failure's traceback may have cached a reference's lines
@@ -303,7 +397,7 @@ def _main(
         if isinstance(value, type) and issubclass(value, unittest.TestCase):
             _watch(f"testclass.{value.__name__}", value)
     _check("test module import")
-    _hide_reference_modules(module)
+    _seal(module)
     loader = testLoader or unittest.defaultTestLoader
     if defaultTest is None:
         suite = loader.loadTestsFromModule(module)
@@ -358,6 +452,7 @@ def run() -> int:
     _report_fd = os.open(report_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     _emit({"event": "start", "pid": os.getpid(), "python": sys.version.split()[0]})
     here = os.getcwd()
+    _guard(here, test_file, sys.argv[7] if len(sys.argv) >= 8 else "")
     unittest.main = _main  # type: ignore[assignment]
     # Test files that build their own TextTestRunner still report through our result class.
     unittest.TextTestRunner.resultclass = _ReportingResult  # type: ignore[assignment]
@@ -380,7 +475,6 @@ def run() -> int:
             # A missing library is the test's problem, reported there.
             with contextlib.suppress(Exception):
                 _watch(name, importlib.import_module(name), _LIB_NAMES)
-    _guard(here, test_file, sys.argv[7] if len(sys.argv) >= 8 else "")
     sys.argv = [test_file]
     sys.path[0] = here
     code = 0
