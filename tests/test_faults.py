@@ -471,3 +471,21 @@ def test_an_agent_that_kills_its_own_shell_is_not_infrastructure(
 def _first_adamw() -> tuple[Paper, Any]:
     paper = load(bundled_root(), papers={"adamw-warmup"}).papers[0]
     return paper, paper.snippets[0]
+
+
+def test_the_agent_is_told_when_the_machine_not_its_limit_ran_out_of_memory(
+    bwrap_config: SandboxConfig,
+) -> None:
+    with enclosing_group(48) as group:
+        factory = SandboxFactory(bwrap_config.model_copy(update={"cgroup_parent": group}))
+        paper, snippet = _first_adamw()
+        env = RcbEnv(paper, snippet, factory=factory)
+        try:
+            env.reset()
+            command = "python -c \"blob = b'x' * (200 * 2**20)\""
+            obs, *_ = env.step({"tool": "run_command", "command": command})
+            assert "the machine ran out of memory (not your limit)" in obs
+            assert "[exit code 137]" in obs
+        finally:
+            env.close()
+            factory.close()

@@ -110,6 +110,10 @@ class ToolBox:
                 parts.append(f"[killed after {timeout:g} s; the shell was restarted]")
             elif r.oom_killed:
                 parts.append("[a process was killed: memory limit exceeded]")
+            elif r.host_oom:
+                parts.append(
+                    "[a process was killed: the machine ran out of memory (not your limit)]"
+                )
             parts.append(f"[exit code {r.exit_code}]")
             return ToolResult(
                 truncate("\n".join(parts), self.max_chars),
