@@ -350,6 +350,8 @@ def test_the_guard_leaves_the_tests_and_honest_code_alone(tmp_path: Path) -> Non
         ('subprocess.run(["cat", "stats_ref.py"])', "may not start programs yet"),
         ('open("stats_ref.py").read()', "stats_ref.py is off limits"),
         ('open("/proc/self/cwd/paper2code_test.py").read()', "paper2code_test.py is off limits"),
+        # moving the folder would move the files under the guard's check
+        ('__import__("os").rename(".", "../elsewhere")', ". is off limits"),
     ],
 )
 def test_before_the_tests_run_tested_code_cannot_reach_the_answer(

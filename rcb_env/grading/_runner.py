@@ -124,6 +124,17 @@ def _is_protected(path: Any) -> bool:
     return (st.st_dev, st.st_ino) in _protected_ids
 
 
+def _holds_protected(path: Any) -> bool:
+    """Is ``path`` a folder above a protected file?"""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        return False
+    try:
+        folder = os.path.realpath(os.fsdecode(path)).rstrip(os.sep) + os.sep
+    except (TypeError, ValueError):
+        return False
+    return any(p.startswith(folder) for p in _protected_paths)
+
+
 def _candidate_running() -> bool:
     frame: Any = sys._getframe(1)
     while frame is not None:
@@ -141,6 +152,8 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     if _bypass[0]:
         return
     if event in _GUARDED_PATHS:
+        if event != "open" and _holds_protected(args[0]):
+            raise _refused(args[0])  # moving a folder would move the files under our check
         if not _is_protected(args[0]):
             return
         if event != "open" or threading.current_thread() is not threading.main_thread():
@@ -228,8 +241,8 @@ def _import(
 
 
 def _forget_protected() -> None:
-    """Drop what would hand tested code the answer without opening a file: cached source lines
-    and (once the test module is loaded) the reference modules in ``sys.modules``."""
+    """Drop the protected files' lines from linecache (a traceback may have cached them), so
+    that tested code cannot read them without opening the file."""
     for path in list(linecache.cache):
         if path in _protected_paths or os.path.abspath(path) in _protected_paths:
             linecache.cache.pop(path, None)
