@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rcb_env.sandbox.docker import LABEL_OWNER, owner_label
+from rcb_env.sandbox.docker import LABEL_OWNER, list_containers, owner_label
 
 
 def engine_socket() -> str:
@@ -121,20 +121,18 @@ def _engine(upstream: str) -> Any:
     return docker.DockerClient(base_url=f"unix://{upstream}", timeout=60)
 
 
-def our_containers(upstream: str | None = None) -> list[Any]:
+def our_containers(upstream: str | None = None) -> list[dict[str, Any]]:
     """Containers this process started (running or not), asked of the real engine."""
     engine = _engine(upstream or engine_socket())
-    found: list[Any] = engine.containers.list(
-        all=True, filters={"label": f"{LABEL_OWNER}={owner_label()}"}
-    )
-    return found
+    return list_containers(engine, f"{LABEL_OWNER}={owner_label()}")
 
 
 def kill_our_containers(upstream: str) -> list[str]:
+    engine = _engine(upstream)
     killed = []
     for c in our_containers(upstream):
-        if c.status == "running":
+        if c.get("State") == "running":
             with contextlib.suppress(Exception):
-                c.kill()
-                killed.append(c.short_id)
+                engine.api.kill(c["Id"])
+                killed.append(str(c["Id"])[:12])
     return killed

@@ -21,9 +21,8 @@ from rcb_env.task import bundled_root, load
 pytestmark = pytest.mark.slow
 
 
-def _ours(engine: Any) -> list[Any]:
-    found: list[Any] = engine.containers.list(all=True, filters={"label": LABEL})
-    return found
+def _ours(engine: Any) -> list[dict[str, Any]]:
+    return docker.list_containers(engine, LABEL)
 
 
 def test_image_has_the_interpreter_and_deps_but_no_task_files(docker_images: str) -> None:
@@ -82,7 +81,7 @@ def test_warm_pool_hands_out_started_containers(docker_images: str) -> None:
     finally:
         f.close()
     mine = docker.owner_label()
-    assert all(c.labels.get(docker.LABEL_OWNER) != mine for c in _ours(docker.client()))
+    assert all(c["Labels"].get(docker.LABEL_OWNER) != mine for c in _ours(docker.client()))
 
 
 def _eval(*args: str) -> list[str]:

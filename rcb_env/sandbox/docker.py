@@ -385,20 +385,28 @@ def _cap(text: str, limit: int) -> str:
     return f"{text[:half]}\n[... {len(text) - 2 * half} characters truncated ...]\n{text[-half:]}"
 
 
+def list_containers(docker: Any, label: str = LABEL) -> list[dict[str, Any]]:
+    """Containers with ``label`` (``key`` or ``key=value``), running or not, as the engine's list
+    answers them (``Id``, ``Labels``, ``State``): one call, so a container that another process
+    removes meanwhile cannot fail it, as the SDK's per-container inspect would."""
+    with docker_errors("listing containers"):
+        found: list[dict[str, Any]] = docker.api.containers(all=True, filters={"label": label})
+    return found
+
+
 def gc_containers(docker: Any, *, everything: bool = False) -> list[str]:
     """Remove rcb-env containers whose owning process is gone (or all of ours)."""
     host = os.uname().nodename
     removed = []
-    with docker_errors("listing containers"):
-        containers = docker.containers.list(all=True, filters={"label": LABEL})
-    for c in containers:
-        owner = c.labels.get(LABEL_OWNER, "")
+    for c in list_containers(docker):
+        owner = (c.get("Labels") or {}).get(LABEL_OWNER, "")
         name, _, pid = owner.partition(":")
         alive = name == host and pid.isdigit() and _pid_alive(int(pid))
         if everything or not alive:
+            # gone meanwhile (another process removed it) or not removable now: skip it
             with contextlib.suppress(SandboxError), docker_errors("removing a container"):
-                c.remove(force=True)
-                removed.append(c.short_id)
+                docker.api.remove_container(c["Id"], force=True)
+                removed.append(str(c["Id"])[:12])
     return removed
 
 

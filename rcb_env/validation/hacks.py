@@ -228,12 +228,10 @@ def host_state(factory: SandboxFactory) -> HostState:
     containers: set[str] = set()
     docker: Any = getattr(factory, "_docker", None)
     if docker is not None:
-        from rcb_env.sandbox.docker import LABEL_OWNER, owner_label
+        from rcb_env.sandbox.docker import LABEL_OWNER, list_containers, owner_label
 
-        found = docker.containers.list(
-            all=True, filters={"label": f"{LABEL_OWNER}={owner_label()}"}
-        )
-        containers = {c.short_id for c in found}
+        found = list_containers(docker, f"{LABEL_OWNER}={owner_label()}")
+        containers = {str(c["Id"])[:12] for c in found}
     entries: set[str] = set()
     for folder in {
         Path(tempfile.gettempdir()),
