@@ -405,11 +405,19 @@ def _kill_launcher_soon(marker: str, delay_s: float = 0.5) -> threading.Thread:
 
     def kill() -> None:
         time.sleep(delay_s)
+        found = []
         for proc in Path("/proc").iterdir():
             with contextlib.suppress(OSError, ValueError):
                 argv = (proc / "cmdline").read_bytes().split(b"\0")
                 if argv[0].endswith((b"bwrap", b"docker")) and marker.encode() in argv:
-                    os.kill(int(proc.name), signal.SIGKILL)
+                    found.append(int(proc.name))
+        # bwrap forks a copy of itself as the sandbox's pid 1: the launcher is the match whose
+        # parent is not a match
+        for pid in found:
+            with contextlib.suppress(OSError, ValueError):
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                if int(stat.rpartition(")")[2].split()[1]) not in found:
+                    os.kill(pid, signal.SIGKILL)
                     return
 
     t = threading.Thread(target=kill)
