@@ -101,6 +101,15 @@ paper_option = click.option(
 snippet_option = click.option(
     "--snippet", "snippets", multiple=True, help="Only this snippet: <paper>/<name> or <name>."
 )
+sandbox_option = click.option(
+    "--sandbox",
+    type=click.Choice(["auto", "bwrap", "docker", "local"]),
+    default="auto",
+    show_default=True,
+    help="auto = bwrap when it really runs here; docker needs `rcb-env images build`; "
+    "local has NO isolation.",
+)
+base_option = click.option("--base", help="docker: base image the paper images were built from.")
 
 
 @cli.command()
@@ -311,15 +320,8 @@ def _validation_table(report: ValidationReport) -> None:
 @snippet_option
 @click.option("--jobs", default=1, show_default=True, help="Episodes in parallel.")
 @click.option("--samples", default=1, show_default=True, help="Episodes per snippet.")
-@click.option(
-    "--sandbox",
-    type=click.Choice(["auto", "bwrap", "docker", "local"]),
-    default="auto",
-    show_default=True,
-    help="auto = bwrap when it really runs here; docker needs `rcb-env images build`; "
-    "local has NO isolation.",
-)
-@click.option("--base", help="docker: base image the paper images were built from.")
+@sandbox_option
+@base_option
 @click.option("--pool", default=0, show_default=True, help="docker: warm containers per image.")
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"))
 @click.option(
@@ -535,13 +537,8 @@ def _summary_table(s: Summary, title: str) -> None:
 @cli.command(name="audit")
 @pset_option
 @paper_option
-@click.option(
-    "--sandbox",
-    type=click.Choice(["auto", "bwrap", "docker", "local"]),
-    default="auto",
-    show_default=True,
-)
-@click.option("--base", help="docker: base image the paper images were built from.")
+@sandbox_option
+@base_option
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
     "--control/--no-control",
@@ -605,16 +602,12 @@ def audit_cmd(
 
 
 @cli.command(name="hacks")
-@click.option(
-    "--sandbox",
-    type=click.Choice(["auto", "bwrap", "docker", "local"]),
-    default="auto",
-    show_default=True,
-)
-@click.option("--base", help="docker: base image the paper images were built from.")
+@sandbox_option
+@base_option
 @click.option("--timeout", type=float, default=20.0, show_default=True)
 def hacks_cmd(sandbox: BackendName, base: str | None, timeout: float) -> None:
-    """Grade the reward-hack suite on this backend; every attack must score 0 (exit 1 if not)."""
+    """Grade the reward-hack suite on this backend: every attack must score 0, the host must be
+    unchanged and the reference must still pass afterwards (exit 1 if not)."""
     from rcb_env.validation.hacks import TARGET, host_state, leftovers, run_hacks
 
     paper = loader.load(loader.bundled_root()).paper(TARGET[0])

@@ -56,11 +56,15 @@ def test_classify_kills_by_cause() -> None:
 
 class KillingExecutor:
     """Runs through a real executor, and SIGKILLs the test process from outside (as the OOM
-    killer or an operator would) once it is running, on the first ``kills`` runs."""
+    killer or an operator would) once it is running, on the first ``kills`` runs; calls
+    ``after_run`` when each run ends."""
 
-    def __init__(self, inner: Executor, kills: int) -> None:
+    def __init__(
+        self, inner: Executor, kills: int, after_run: Callable[[], None] | None = None
+    ) -> None:
         self.inner = inner
         self.kills = kills
+        self.after_run = after_run
         self.runs = 0
         self.interpreter = getattr(inner, "interpreter", None)
 
@@ -88,6 +92,8 @@ class KillingExecutor:
             stop.set()
             if killer is not None:
                 killer.join()
+            if self.after_run is not None:
+                self.after_run()
 
 
 def _kill_when_started(argv: list[str], stop: threading.Event) -> None:
@@ -202,31 +208,6 @@ def _lift(group: str) -> None:
     (CGROUP_ROOT / "memory" / group / "memory.limit_in_bytes").write_text("-1")
 
 
-class LiftingExecutor(KillingExecutor):
-    """After the first run, memory pressure is over: the enclosing group's limit is lifted."""
-
-    def __init__(self, inner: Executor, group: str) -> None:
-        super().__init__(inner, 0)
-        self.group = group
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Path,
-        env: Mapping[str, str],
-        timeout_s: float,
-        needles: tuple[str, ...] = (),
-        writable: Path | None = None,
-    ) -> ExecResult:
-        try:
-            return super().run(
-                argv, cwd=cwd, env=env, timeout_s=timeout_s, needles=needles, writable=writable
-            )
-        finally:
-            _lift(self.group)
-
-
 # numpy's import alone needs more than this; the sandbox's own limit stays at 4 GiB.
 _PRESSURE_MB = 12
 
@@ -239,7 +220,7 @@ def test_host_oom_is_told_apart_from_the_sandbox_limit_and_retried(
         config = bwrap_config.model_copy(update={"cgroup_parent": group})
         scratch = _scratch(tmp_path)
         # transient: the first run is OOM-killed, then memory is back
-        executor = LiftingExecutor(BwrapExecutor(config, scratch), group)
+        executor = KillingExecutor(BwrapExecutor(config, scratch), 0, lambda: _lift(group))
         grader = Grader(task_grading, executor=executor, scratch=scratch)
         result = grader.grade(adamw, snippet, snippet.reference_body)
         assert result.passed, result.detail

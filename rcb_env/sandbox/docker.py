@@ -115,14 +115,16 @@ _unremoved_lock = threading.Lock()
 def _remove(container: Any) -> None:
     """Remove a container; if the engine cannot be reached now, remember it and try again at
     the next container start and when the pool closes (a restarted engine is back by then)."""
+    import requests.exceptions
+
     try:
         with docker_errors("removing a container"):
             container.remove(force=True)
     except SandboxError as exc:
-        if "No such container" in str(exc) or "404" in str(exc):
-            return
-        with _unremoved_lock:
-            _unremoved.append(container)
+        # Gone already, or refused for good (`images gc` is the tool then): nothing to retry.
+        if isinstance(exc.__cause__, requests.exceptions.ConnectionError):
+            with _unremoved_lock:
+                _unremoved.append(container)
 
 
 def remove_leftovers() -> int:
