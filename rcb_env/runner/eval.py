@@ -303,12 +303,15 @@ def run_eval(
     make_agent = agent_factory(cfg, pset)
     factory = SandboxFactory(cfg.sandbox)
     writer = RecordLog(records_path).open()
+    failed: list[tuple[Paper, Snippet, int]] = []  # infrastructure errors of the last round
     try:
 
         def work(item: tuple[Paper, Snippet, int]) -> None:
             paper, snippet, sample = item
             record = run_episode(paper, snippet, sample, make_agent(), cfg, factory, run_id)
             writer.append(record)
+            if record.status == "infra_error":
+                failed.append(item)
             if on_episode is not None:
                 on_episode(record)
 
@@ -320,14 +323,10 @@ def run_eval(
         run_all(todo)
         planned = len(todo)
         for round_ in range(1, infra_retries + 1):
-            final = final_records(read_records(records_path))
-            again = [
-                (p, s, k)
-                for p, s, k in todo
-                if (r := final.get((s.id, k))) is not None and r.status == "infra_error"
-            ]
-            if not again:
+            if not failed:
                 break
+            again = list(failed)
+            failed.clear()
             planned += len(again)
             if on_plan is not None:
                 on_plan(planned)
