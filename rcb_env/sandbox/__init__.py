@@ -80,6 +80,11 @@ class SandboxFactory:
                 self._docker, self.config, self.scratch, self.config.pool_size
             )
 
+    @property
+    def engine(self) -> Any:
+        """docker: this factory's engine client (None for the other backends)."""
+        return self._docker
+
     def image(self, paper: Paper) -> str:
         """docker: the paper's image tag, which must have been built.
 

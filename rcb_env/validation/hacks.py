@@ -13,7 +13,6 @@ import pwd
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -226,7 +225,7 @@ def host_state(factory: SandboxFactory) -> HostState:
         except OSError:
             continue
     containers: set[str] = set()
-    docker: Any = getattr(factory, "_docker", None)
+    docker = factory.engine
     if docker is not None:
         from rcb_env.sandbox.docker import LABEL_OWNER, list_containers, owner_label
 
