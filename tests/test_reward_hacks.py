@@ -6,6 +6,8 @@ process itself (attacks on the workspace are in test_sandbox/test_env/test_confo
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from pathlib import Path
 
@@ -181,11 +183,15 @@ def test_the_hacks_command_scores_every_attack_zero_on_docker(docker_images: str
     assert "next episode clean: the reference still passes" in result.output
 
 
+def _ticks(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+
+
 @pytest.mark.bwrap
 def test_the_host_check_sees_what_an_attack_would_leave(require_bwrap: None) -> None:
     import subprocess
 
-    from rcb_env.sandbox import SandboxConfig, SandboxFactory
+    from rcb_env.sandbox import SandboxConfig, SandboxFactory, scratch
     from rcb_env.validation.hacks import host_state, leftovers
 
     factory = SandboxFactory(SandboxConfig(backend="bwrap", python=config.task_python()))
@@ -207,5 +213,13 @@ def test_the_host_check_sees_what_an_attack_would_leave(require_bwrap: None) -> 
             stray.rmdir()
         assert any("process left running" in p and "sleep 321.5" in p for p in problems)
         assert f"new file or folder: {stray}" in problems
+        # a scratch folder of another rcb-env run that is still going is not ours to report
+        other = factory.scratch / "rcb-grade-of-another-run"
+        other.mkdir()
+        try:
+            (other / scratch.OWNER_FILE).write_text(f"{os.uname().nodename} 1 {_ticks(1)}")
+            assert leftovers(before, factory, settle_s=0) == []
+        finally:
+            shutil.rmtree(other)
     finally:
         factory.close()

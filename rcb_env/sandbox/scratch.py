@@ -57,6 +57,15 @@ def _alive(owner: str) -> bool:
     return _start_ticks(int(parts[1])) == parts[2]
 
 
+def owned_by_another_process(path: Path) -> bool:
+    """Is ``path`` a scratch folder of another rcb-env process that is still running?"""
+    try:
+        owner = (path / OWNER_FILE).read_text()
+    except OSError:
+        return False
+    return owner != _me() and _alive(owner)
+
+
 def sweep(parent: Path, unowned_after_s: float = 3600.0) -> int:
     """Remove scratch folders whose owning process is gone, and folders that never got an owner
     (a kill between creating the folder and writing the owner) once they are ``unowned_after_s``

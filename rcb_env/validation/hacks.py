@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from rcb_env.grading.grader import Grader
-from rcb_env.sandbox import SandboxFactory
+from rcb_env.sandbox import SandboxFactory, scratch
 from rcb_env.task.models import Paper, Snippet
 
 TARGET = ("adamw-warmup", "bias correction")
@@ -250,8 +250,9 @@ def host_state(factory: SandboxFactory) -> HostState:
 
 
 def leftovers(before: HostState, factory: SandboxFactory, settle_s: float = 5.0) -> list[str]:
-    """What the suite left on the host: processes of the sandbox user, containers, files.
-    Waits up to ``settle_s`` for killed processes to be reaped."""
+    """What the suite left on the host: processes of the sandbox user, containers, files
+    (scratch folders of other running rcb-env processes aside). Waits up to ``settle_s`` for
+    killed processes to be reaped."""
     deadline = time.monotonic() + settle_s
     while True:
         after = host_state(factory)
@@ -259,7 +260,12 @@ def leftovers(before: HostState, factory: SandboxFactory, settle_s: float = 5.0)
             f"process left running: {p}" for p in sorted(after.processes - before.processes)
         ]
         problems += [f"container left: {c}" for c in sorted(after.containers - before.containers)]
-        problems += [f"new file or folder: {e}" for e in sorted(after.entries - before.entries)]
+        problems += [
+            f"new file or folder: {e}"
+            for e in sorted(after.entries - before.entries)
+            # another rcb-env run on this machine works in the same scratch folder
+            if not scratch.owned_by_another_process(Path(e))
+        ]
         if not problems or time.monotonic() >= deadline:
             return problems
         time.sleep(0.1)
