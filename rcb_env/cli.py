@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Literal, get_args
 
 import click
-from rcb_agents.models import ModelConfig
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -18,6 +17,7 @@ from rich.tree import Tree
 
 from rcb_env import logs
 from rcb_env.episode.env import EnvConfig
+from rcb_env.agent import model_settings
 from rcb_env.errors import RcbError
 from rcb_env.grading.grader import Grader, GradingConfig
 from rcb_env.results import Rates, Summary, read_records, summarize
@@ -395,14 +395,16 @@ def eval_cmd(
     _print_failures(loaded)
     model_cfg = None
     if model is not None:
-        model_cfg = ModelConfig(
-            spec=model,
-            base_url=base_url,
-            temperature=temperature,
-            concurrency=concurrency,
-            cache_dir=cache,
-            prices=prices,
-            logprobs=logprobs,
+        model_cfg = model_settings(
+            {
+                "spec": model,
+                "base_url": base_url,
+                "temperature": temperature,
+                "concurrency": concurrency,
+                "cache_dir": cache,
+                "prices": prices,
+                "logprobs": logprobs,
+            }
         )
     cfg = EvalConfig(
         agent=agent,

@@ -1,18 +1,37 @@
-"""One root error class, with one subclass per audience and boundary.
+"""One root error class, with one branch per audience.
 
-- ``TaskLoadError`` and its subclasses: the task data is malformed. Each names the file, the
+- :class:`AgentFacingError`: the agent's own mistake (a malformed action, a path outside the
+  workspace). It goes back to the agent as an observation; the episode goes on.
+- :class:`InfrastructureError`: the environment broke (sandbox, grading, model server). It ends
+  the episode with ``status="infra_error"`` and is never scored as reward 0.
+  :func:`infra_error` is the one boundary that turns any failure into that record.
+- :class:`TaskLoadError` and its subclasses: the task data is malformed. Each names the file, the
   1-based line (when there is one) and the snippet (when there is one).
-- ``GradingError``: the grader itself could not run (not "the tests failed", which is a result).
-- ``ConfigError``: the user asked for something impossible (a programmer/config error).
+- :class:`ConfigError`: the user asked for something impossible (a programmer/config error).
+
+The CLI maps them to exit codes (:data:`EXIT_CODES`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
 
 
 class RcbError(Exception):
     """Root of every error rcb-env raises on purpose."""
+
+
+class AgentFacingError(RcbError, ValueError):
+    """The agent's mistake: shown to it as an observation, the episode continues."""
+
+
+class InfrastructureError(RcbError):
+    """The environment, not the agent, failed. ``stage`` names where (see :data:`Stage`)."""
+
+    stage: Stage = "sandbox"
 
 
 class ConfigError(RcbError):
@@ -67,9 +86,50 @@ class MetadataError(TaskLoadError):
     """``papers.yaml`` or an rcb-env overlay file is unreadable or has invalid fields."""
 
 
-class GradingError(RcbError):
+class GradingError(InfrastructureError):
     """The grader could not run at all (setup failed before any test could run)."""
 
+    stage: Stage = "grading"
 
-class SandboxError(RcbError):
+
+class SandboxError(InfrastructureError):
     """A sandbox could not be created or could not run a command (an infrastructure failure)."""
+
+    stage: Stage = "sandbox"
+
+
+class ModelError(InfrastructureError):
+    """A model call failed for good (after retries, or not retryable)."""
+
+    stage: Stage = "model"
+
+
+#: Where in an episode a failure happened.
+Stage = Literal["sandbox", "grading", "tests", "model", "agent"]
+
+
+class InfraError(BaseModel):
+    """An infrastructure failure as recorded on an episode."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stage: str
+    """Where it happened: sandbox, grading, tests, model, agent."""
+    type: str
+    """Error class or failure kind."""
+    message: str
+    """What went wrong."""
+
+
+def infra_error(exc: BaseException, stage: Stage | None = None) -> InfraError | None:
+    """The one boundary: the record of ``exc`` if it is an infrastructure failure, else None
+    (the caller re-raises). An :class:`InfrastructureError` carries its own stage; a host-side
+    ``OSError`` (disk full, a vanished folder) counts as one at ``stage``."""
+    if isinstance(exc, InfrastructureError):
+        where = "model" if isinstance(exc, ModelError) else (stage or exc.stage)
+        return InfraError(stage=where, type=type(exc).__name__, message=str(exc)[:2000])
+    if isinstance(exc, OSError) and not isinstance(exc, RcbError):
+        return InfraError(
+            stage=stage or "sandbox", type=type(exc).__name__, message=str(exc)[:2000]
+        )
+    return None

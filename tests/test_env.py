@@ -95,7 +95,7 @@ def test_submit_grades_and_terminates_with_weighted_reward(
         assert info["grade"]["outcome"] == "passed"
         assert info["patch"].startswith("--- a/stats.py")
         assert info["outside_edits"] is False
-        with pytest.raises(RuntimeError, match="ended"):
+        with pytest.raises(gym.error.ResetNeeded, match="ended"):
             env.step({"tool": "list_files"})
     finally:
         env.close()

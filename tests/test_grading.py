@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from rcb_env.grading import FailureKind, Grader, GradingConfig, Outcome, TestStatus, classify
-from rcb_env.grading.grader import expected_tests
+from rcb_env.grading.discovery import expected_tests
 from rcb_env.sandbox.base import ExecResult
 from rcb_env.task import Paper, load
 from tests.conftest import MATH_CODE, MATH_TEST, live_processes, math_files, write_paper, write_pset
@@ -224,7 +224,7 @@ def test_classify_requires_every_defined_test_to_pass() -> None:
 
 
 def test_classify_worst_subtest_outcome_wins_and_torn_lines_are_ignored(tmp_path: Path) -> None:
-    from rcb_env.grading.grader import read_report
+    from rcb_env.grading.report import read_report
 
     key = b"k" * 64
     events: list[dict[str, Any]] = [

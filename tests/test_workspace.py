@@ -73,20 +73,21 @@ def test_paths_are_confined_to_the_workspace(tmp_path: Path) -> None:
 
 def test_extract_body_from_an_edited_file(tmp_path: Path) -> None:
     write_pset(tmp_path, [write_paper(tmp_path, "m", math_files())])
-    s = load(tmp_path).papers[0].snippet("variance")
+    paper = load(tmp_path).papers[0]
+    s = paper.snippet("variance")
     todo = s.todo_body()
     body = "    m = mean(xs)\n    return sum((x - m) ** 2 for x in xs) / len(xs)\n"
     edited = s.masked_text.replace(todo, body)
-    assert extract_body(s.masked_text, s, edited) == (body, False)
+    assert extract_body(paper, s, edited) == (body, False)
     # unchanged: the body is the TODO comments themselves
-    assert extract_body(s.masked_text, s, s.masked_text) == (todo, False)
+    assert extract_body(paper, s, s.masked_text) == (todo, False)
     # an edit elsewhere in the file is reported and left out of the body
     elsewhere = edited.replace('"""Tiny maths library."""', '"""Changed docstring."""')
-    got, outside = extract_body(s.masked_text, s, elsewhere)
+    got, outside = extract_body(paper, s, elsewhere)
     assert (got, outside) == (body, True)
     # lines added after the block, before the unchanged suffix, belong to the body
     extra = s.masked_text.replace(todo, body + "    # done\n")
-    assert extract_body(s.masked_text, s, extra) == (body + "    # done\n", False)
+    assert extract_body(paper, s, extra) == (body + "    # done\n", False)
 
 
 def test_unified_diff_lists_changes(tmp_path: Path) -> None:

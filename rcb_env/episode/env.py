@@ -15,17 +15,20 @@ from typing import Any, Literal
 import gymnasium as gym
 from pydantic import BaseModel, ConfigDict
 
+from rcb_env._common import truncate
+from rcb_env.episode.outcome import EpisodeOutcome, EpisodeStatus, StopReason
 from rcb_env.episode.spaces import ActionSpace, TextSpace
-from rcb_env.errors import GradingError, SandboxError
+from rcb_env.errors import GradingError, InfraError, infra_error
 from rcb_env.grading.grader import Grader, GradingConfig
 from rcb_env.grading.models import FailureKind, GradeResult, Outcome
 from rcb_env.logs import get_logger
 from rcb_env.sandbox import Sandbox, SandboxConfig, SandboxFactory
-from rcb_env.sandbox.workspace import WorkspacePathError, extract_body
+from rcb_env.sandbox.workspace import WorkspacePathError
 from rcb_env.task.models import Paper, Snippet
+from rcb_env.task.source import source_for
 from rcb_env.tools import paper as paper_tools
 from rcb_env.tools.actions import ActionError, Submit, parse_action
-from rcb_env.tools.toolbox import Feedback, ToolBox, truncate
+from rcb_env.tools.toolbox import Feedback, ToolBox
 
 
 class EnvConfig(BaseModel):
@@ -44,10 +47,6 @@ class EnvConfig(BaseModel):
     """Longer tool outputs keep their head and tail."""
     max_command_s: float = 300.0
     """Cap on any single shell command's timeout."""
-
-
-def _infra(stage: str, exc: BaseException) -> dict[str, str]:
-    return {"stage": stage, "type": type(exc).__name__, "message": str(exc)[:2000]}
 
 
 class RcbEnv(gym.Env[str, Any]):
@@ -71,11 +70,13 @@ class RcbEnv(gym.Env[str, Any]):
         self._own_factory = factory is None
         self.factory = factory or SandboxFactory(sandbox_config)
         self.grader = Grader(grading_config, executor=self.factory.grading_executor(paper))
+        self.source = source_for(paper)
+        self.statement = self.source.statement(paper, snippet)
         self.paper_text = (paper.root / paper.paper_file).read_text(
             encoding="utf-8", errors="replace"
         )
         self.observation_space = TextSpace()
-        visible = tuple(sorted({snippet.file, *paper.context_files}))
+        visible = tuple(sorted({snippet.file, *self.statement.context_files}))
         self.action_space = ActionSpace(visible)
         self.sandbox: Sandbox | None = None
         self.toolbox: ToolBox | None = None
@@ -83,7 +84,8 @@ class RcbEnv(gym.Env[str, Any]):
         self.steps = 0
         self.done = False
         self.started = 0.0
-        self.final: dict[str, Any] | None = None
+        self.outcome: EpisodeOutcome | None = None
+        """How the episode ended (None while it runs); also ``info["outcome"]`` at the end."""
         self.log = get_logger(__name__, task_id=snippet.id)
 
     # gymnasium API ---------------------------------------------------------------------------
@@ -99,7 +101,7 @@ class RcbEnv(gym.Env[str, Any]):
         self.toolbox = ToolBox(
             self.sandbox,
             paper=self.paper_text,
-            paper_is_markdown=self.paper.paper_file.endswith(".md"),
+            paper_is_markdown=self.statement.paper_is_markdown,
             run_tests=self._grade_workspace,
             feedback=self.config.test_feedback,
             max_chars=self.config.max_observation_chars,
@@ -112,32 +114,41 @@ class RcbEnv(gym.Env[str, Any]):
         self.log = get_logger(__name__, task_id=self.snippet.id, episode_id=self.episode_id)
         self.steps = 0
         self.done = False
-        self.final = None
+        self.outcome = None
         self.started = time.monotonic()
         self.log.debug("reset")
-        return self._task_statement(), self._info()
+        return self._task_statement(), self._info(task=self.statement.model_dump(mode="json"))
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.toolbox is None or self.sandbox is None:
-            raise RuntimeError("call reset() before step()")
+            raise gym.error.ResetNeeded("call reset() before step()")
         if self.done:
-            raise RuntimeError("the episode has ended; call reset()")
+            raise gym.error.ResetNeeded("the episode has ended; call reset() before step()")
         self.steps += 1
         try:
             parsed = parse_action(action)
         except ActionError as exc:
             return f"error: {exc}", 0.0, False, False, self._info(action_error=True)
         if isinstance(parsed, Submit):
-            return self.finish(parsed.body, reason="submit")
+            return self.finish(parsed.body, reason=StopReason.SUBMIT)
         try:
             result = self.toolbox.run(parsed)
-        except (SandboxError, OSError) as exc:  # e.g. the workspace's disk is full
+        except Exception as exc:  # e.g. the sandbox died, the workspace's disk is full
+            error = infra_error(exc, "sandbox")
+            if error is None:
+                raise
             self.log.warning("sandbox failed", error=str(exc))
-            self.done = True
-            self.final = {"infra_error": _infra("sandbox", exc), "reason": "infra_error"}
-            obs = f"the sandbox failed; the episode cannot continue: {exc}"
-            return obs, 0.0, False, True, self._info(**self.final)
-        return result.text, 0.0, False, False, self._info(tool_ok=result.ok, **result.data)
+            return self._end(
+                EpisodeOutcome.failed(error),
+                f"the sandbox failed; the episode cannot continue: {exc}",
+            )
+        return (
+            result.text,
+            0.0,
+            False,
+            False,
+            self._info(tool_ok=result.ok, tool={"ok": result.ok, **result.data}),
+        )
 
     def close(self) -> None:
         if self.sandbox is not None:
@@ -149,50 +160,72 @@ class RcbEnv(gym.Env[str, Any]):
 
     # ending ----------------------------------------------------------------------------------
     def finish(
-        self, body: str | None = None, *, reason: str = "submit"
+        self, body: str | None = None, *, reason: StopReason | str = StopReason.SUBMIT
     ) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """Grade and end the episode. ``reason`` other than ``submit`` marks a truncation."""
-        assert self.sandbox is not None
-        self.done = True
-        truncated = reason != "submit"
-        extra: dict[str, Any] = {"reason": reason}
+        """Grade and end the episode: ``submit`` terminates it, a budget reason truncates it.
+        ``body`` None grades what the workspace holds."""
+        if self.sandbox is None:
+            raise gym.error.ResetNeeded("call reset() before finish()")
+        stop = StopReason(reason)
+        if stop is StopReason.INFRA_ERROR:
+            raise ValueError("an infrastructure failure is recorded by the environment itself")
+        patch, outside = "", False
+        changed: tuple[str, ...] = ()
         try:
             patch = self.sandbox.diff()
-            changed = self.sandbox.changed_files()
+            changed = tuple(self.sandbox.changed_files())
             if body is None:
                 body, outside = self._workspace_body()
             else:
                 outside = any(f != self.snippet.file for f in changed)
-            extra.update(patch=patch, changed_files=changed, outside_edits=outside, body=body)
             grade = self.grader.grade(self.paper, self.snippet, body)
-        except (SandboxError, GradingError, OSError) as exc:
-            extra["infra_error"] = _infra("grading", exc)
-            self.final = extra
-            return (
+        except Exception as exc:
+            error = infra_error(exc, "grading")
+            if error is None:
+                raise
+            return self._end(
+                EpisodeOutcome.failed(error, patch=patch, body=body),
                 f"grading failed (infrastructure): {exc}",
-                0.0,
-                not truncated,
-                truncated,
-                self._info(**extra),
             )
-        extra["grade"] = grade.model_dump(mode="json")
         if grade.outcome is Outcome.INFRA_ERROR:
-            extra["infra_error"] = {
-                "stage": "tests",
-                "type": grade.kind.value,
-                "message": grade.detail,
-            }
+            error = infra_error_of(grade)
+            outcome = EpisodeOutcome.failed(error, patch=patch, body=body).model_copy(
+                update={"grade": grade, "changed_files": changed, "outside_edits": outside}
+            )
+            return self._end(
+                outcome,
+                f"submitted ({stop}); the tests could not be graded "
+                f"(environment problem: {grade.detail}); not scored",
+            )
         reward = self.reward_for(grade)
-        extra["passed"] = grade.passed
-        self.final = extra
-        self.log.info("graded", outcome=grade.outcome.value, reward=reward, reason=reason)
+        outcome = EpisodeOutcome(
+            status=EpisodeStatus.COMPLETED
+            if stop is StopReason.SUBMIT
+            else EpisodeStatus.TRUNCATED,
+            reason=stop,
+            reward=reward,
+            passed=grade.passed,
+            patch=patch,
+            body=body,
+            changed_files=changed,
+            outside_edits=outside,
+            grade=grade,
+        )
+        self.log.info("graded", outcome=grade.outcome.value, reward=reward, reason=stop.value)
         verdict = "passed" if grade.passed else f"did not pass ({grade.detail})"
-        if grade.outcome is Outcome.INFRA_ERROR:
-            verdict = f"could not be graded (environment problem: {grade.detail})"
-        obs = f"submitted ({reason}); the tests {verdict}; reward {reward:g}"
-        return obs, reward, not truncated, truncated, self._info(**extra)
+        return self._end(outcome, f"submitted ({stop}); the tests {verdict}; reward {reward:g}")
+
+    def _end(
+        self, outcome: EpisodeOutcome, observation: str
+    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Record the outcome; Gymnasium's flags follow from it (only a submit terminates)."""
+        self.done = True
+        self.outcome = outcome
+        terminated = outcome.reason is StopReason.SUBMIT
+        return observation, outcome.reward, terminated, not terminated, self._info(outcome)
 
     def reward_for(self, grade: GradeResult) -> float:
+        """The one place the reward is computed."""
         if not grade.passed:
             return 0.0
         return 1.0 if self.config.reward == "binary" else float(self.snippet.weight)
@@ -204,7 +237,7 @@ class RcbEnv(gym.Env[str, Any]):
             edited = self.sandbox.read_file(self.snippet.file)
         except WorkspacePathError:
             return "", True  # the agent deleted the file: nothing to grade
-        return extract_body(self.snippet.masked_text, self.snippet, edited)
+        return self.source.extract_body(self.paper, self.snippet, edited)
 
     def _grade_workspace(self) -> GradeResult:
         try:
@@ -219,47 +252,60 @@ class RcbEnv(gym.Env[str, Any]):
                 official_pass=False,
             )
 
-    def _info(self, **extra: Any) -> dict[str, Any]:
+    def _info(self, outcome: EpisodeOutcome | None = None, **extra: Any) -> dict[str, Any]:
+        """The step's info. The environment's own keys cannot be overwritten (a tool's data is
+        under ``tool``). At the end: ``outcome`` (the typed :class:`EpisodeOutcome`), and its
+        fields flattened (``status``, ``reason``, ``passed``, ``grade``, ``infra_error``...)."""
         info: dict[str, Any] = {
             "snippet_id": self.snippet.id,
             "paper_id": self.paper.id,
-            "file": self.snippet.file,
-            "context_files": list(self.paper.context_files),
-            "todo_block": self.snippet.todo_body(),
+            "file": self.statement.file,
+            "context_files": list(self.statement.context_files),
+            "todo_block": self.statement.placeholder,
             "episode_id": self.episode_id,
             "weight": self.snippet.weight,
             "step": self.steps,
         }
+        clash = set(extra) & set(info)
+        if clash:  # pragma: no cover - a programming error in the environment itself
+            raise KeyError(f"info keys {sorted(clash)} are the environment's own")
         info.update(extra)
+        if outcome is not None:
+            info["outcome"] = outcome
+            info.update(outcome.model_dump(mode="json", exclude={"reward"}))
+            info["changed_files"] = list(outcome.changed_files)
+            for key in ("grade", "infra_error"):
+                if info[key] is None:
+                    del info[key]
         return info
 
     def _task_statement(self) -> str:
-        s = self.snippet
-        todo = s.todo_body().rstrip("\n")
-        title = self.paper.meta.title or self.paper.id
+        st = self.statement
+        todo = st.placeholder.rstrip("\n")
         assert self.sandbox is not None
         files = "\n".join(self.sandbox.list_files())
         if self.config.paper_in_prompt == "full":
             paper = self.paper_text
         else:
-            outline = paper_tools.outline(self.paper_text, self.paper.paper_file.endswith(".md"))
+            outline = paper_tools.outline(self.paper_text, st.paper_is_markdown)
             paper = f"(outline only; use read_paper to read a section)\n{outline}"
         context = ""
-        if self.paper.context_files:
-            context = (
-                "Files worth reading for context: " + ", ".join(self.paper.context_files) + "\n"
-            )
+        if st.context_files:
+            context = "Files worth reading for context: " + ", ".join(st.context_files) + "\n"
         return (
-            f'Task: implement one missing block of the code that accompanies the paper "{title}".\n'
-            f"\nIn {s.file}, these two comment lines stand where the code was removed:\n\n"
+            f'Task: {st.intro} "{st.title}".\n'
+            f"\nIn {st.file}, these two comment lines stand where the code was removed:\n\n"
             f"{todo}\n\n"
-            "Replace them with a working implementation at the same indentation, using the paper "
-            "and the rest of the repository. Only that block is graded, by the paper's tests "
-            "(hidden from you); changes elsewhere are ignored. When done, call submit.\n"
+            f"{st.instructions}\n"
             f"{context}"
             f"\nRepository files:\n{files}\n"
-            f"\nPaper ({self.paper.paper_file}):\n{truncate(paper, 200_000)}"
+            f"\nPaper ({st.paper_file}):\n{truncate(paper, 200_000)}"
         )
+
+
+def infra_error_of(grade: GradeResult) -> InfraError:
+    """The infrastructure failure a grading verdict reports (stage ``tests``)."""
+    return InfraError(stage="tests", type=grade.kind.value, message=grade.detail)
 
 
 def make_env(

@@ -101,6 +101,15 @@ _LIB_NAMES = (
 )
 
 
+# Event names of the signed report, shared with the host-side reader (rcb_env.grading.report).
+EV_START = "start"
+EV_TEST = "test"
+EV_TAMPER = "tamper"
+EV_MAIN_DONE = "main_done"
+EV_SCRIPT_ERROR = "script_error"
+EV_DONE = "done"
+
+
 def _make_signer(key: bytes) -> Callable[[bytes], bytes]:
     def sign(line: bytes) -> bytes:
         return hmac.new(key, line, hashlib.sha256).hexdigest().encode()
@@ -316,7 +325,7 @@ def _tampered() -> list[str]:
 def _check(where: str) -> None:
     moved = _tampered()
     if moved:
-        _emit({"event": "tamper", "where": where, "what": sorted(set(moved))[:20]})
+        _emit({"event": EV_TAMPER, "where": where, "what": sorted(set(moved))[:20]})
 
 
 def _describe(exc_info: tuple[Any, Any, Any]) -> dict[str, Any]:
@@ -350,7 +359,7 @@ class _ReportingResult(unittest.TextTestResult):
         _check(_test_id(test))
 
     def _report(self, test: unittest.TestCase, status: str, err: Any = None) -> None:
-        event: dict[str, Any] = {"event": "test", "id": _test_id(test), "status": status}
+        event: dict[str, Any] = {"event": EV_TEST, "id": _test_id(test), "status": status}
         if err is not None:
             event.update(_describe(err))
         _emit(event)
@@ -369,7 +378,7 @@ class _ReportingResult(unittest.TextTestResult):
 
     def addSkip(self, test: unittest.TestCase, reason: str) -> None:
         super().addSkip(test, reason)
-        _emit({"event": "test", "id": _test_id(test), "status": "skipped", "message": reason})
+        _emit({"event": EV_TEST, "id": _test_id(test), "status": "skipped", "message": reason})
 
     def addExpectedFailure(self, test: unittest.TestCase, err: Any) -> None:
         super().addExpectedFailure(test, err)
@@ -421,7 +430,7 @@ def _main(
     if isinstance(runner, type):
         runner = runner(verbosity=verbosity)
     result = runner.run(suite)
-    _emit({"event": "main_done", "tests_run": result.testsRun, "ok": result.wasSuccessful()})
+    _emit({"event": EV_MAIN_DONE, "tests_run": result.testsRun, "ok": result.wasSuccessful()})
     if exit:
         sys.exit(not result.wasSuccessful())
     return _Program(result)
@@ -463,7 +472,7 @@ def run() -> int:
         _limit(resource.RLIMIT_CPU, int(sys.argv[6]))
         _limit(resource.RLIMIT_CORE, 0)
     _report_fd = os.open(report_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    _emit({"event": "start", "pid": os.getpid(), "python": sys.version.split()[0]})
+    _emit({"event": EV_START, "pid": os.getpid(), "python": sys.version.split()[0]})
     here = os.getcwd()
     _guard(here, test_file, sys.argv[7] if len(sys.argv) >= 8 else "")
     unittest.main = _main  # type: ignore[assignment]
@@ -496,13 +505,13 @@ def run() -> int:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:
-        event = {"event": "script_error"}
+        event = {"event": EV_SCRIPT_ERROR}
         event.update(_describe(sys.exc_info()))
         _emit(event)
         traceback.print_exc()
         code = 1
     _check("end")
-    _emit({"event": "done", "code": code, "main_calls": _main_calls})
+    _emit({"event": EV_DONE, "code": code, "main_calls": _main_calls})
     return code
 
 

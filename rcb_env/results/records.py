@@ -15,6 +15,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+__all__ = ["EpisodeRecord", "InfraError", "RecordLog", "StepRecord", "read_records"]
+
+from rcb_env.episode.outcome import EpisodeOutcome
+from rcb_env.errors import InfraError
 from rcb_env.grading.models import GradeResult
 
 SCHEMA = "rcb-env/episode/1"
@@ -34,17 +38,6 @@ class StepRecord(BaseModel):
     """Reward of the step (non-zero only at the end)."""
     duration_s: float
     """Time spent in the environment on this step."""
-
-
-class InfraError(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    stage: str
-    """Where it happened: sandbox, grading, tests, agent."""
-    type: str
-    """Error class or failure kind."""
-    message: str
-    """What went wrong."""
 
 
 class EpisodeRecord(BaseModel):
@@ -70,7 +63,8 @@ class EpisodeRecord(BaseModel):
     status: Status
     """completed (submitted), truncated (a budget ended it) or infra_error (excluded)."""
     reason: str
-    """submit, budget_steps, budget_wall_s, budget_tokens, infra_error."""
+    """submit, budget_steps, budget_wall_s, budget_tokens, budget_cost, infra_error
+    (:class:`~rcb_env.episode.outcome.StopReason`)."""
     reward: float
     passed: bool | None
     """None when the episode could not be graded."""
@@ -94,6 +88,22 @@ class EpisodeRecord(BaseModel):
     started_at: float
     """Unix time."""
     duration_s: float
+
+    @classmethod
+    def from_outcome(cls, outcome: EpisodeOutcome, **fields: Any) -> EpisodeRecord:
+        """The record of an episode that ended with ``outcome`` (recorded as is)."""
+        return cls(
+            status=outcome.status.value,
+            reason=outcome.reason.value,
+            reward=outcome.reward,
+            passed=outcome.passed,
+            patch=outcome.patch,
+            body=outcome.body,
+            outside_edits=outcome.outside_edits,
+            grade=outcome.grade,
+            infra_error=outcome.infra_error,
+            **fields,
+        )
 
 
 def read_records(path: Path) -> list[EpisodeRecord]:

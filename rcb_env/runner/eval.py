@@ -13,20 +13,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-from rcb_agents import Agent, NullAgent, OracleAgent, load_agent_class
-from rcb_agents.llm import SingleShotAgent, ToolsAgent
-from rcb_agents.models import ModelConfig, ProviderError, make_model
+from pydantic import BaseModel, ConfigDict, field_validator
 
+from rcb_env.agent import Agent, AgentFactory, MeteredAgent, agent_factory
 from rcb_env.episode.env import EnvConfig, RcbEnv
+from rcb_env.episode.outcome import EpisodeOutcome
 from rcb_env.episode.wrappers import Budgets
-from rcb_env.errors import ConfigError, GradingError, SandboxError
+from rcb_env.errors import ConfigError, InfraError, Stage, infra_error
 from rcb_env.grading.grader import GradingConfig
-from rcb_env.grading.models import GradeResult
 from rcb_env.logs import get_logger
 from rcb_env.results.records import (
     EpisodeRecord,
-    InfraError,
     RecordLog,
     StepRecord,
     final_records,
@@ -62,8 +59,9 @@ class EvalConfig(BaseModel):
 
     agent: str
     """Built-in agent name (oracle, null, single-shot, tools) or ``package.module:Class``."""
-    model: ModelConfig | None = None
-    """For the LLM agents: which model, where, and how it is called."""
+    model: dict[str, Any] | None = None
+    """For the LLM agents: which model, where, and how it is called (the agents' model settings,
+    e.g. ``rcb_agents.models.ModelConfig``, as JSON)."""
     with_paper: bool = True
     """single-shot: include the paper (False is the paper's "without paper" ablation)."""
     samples: int = 1
@@ -73,36 +71,24 @@ class EvalConfig(BaseModel):
     grading: GradingConfig = GradingConfig()
     budgets: BudgetConfig = BudgetConfig()
 
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_as_json(cls, value: Any) -> Any:
+        return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
 
 def task_hash(snippet: Snippet) -> str:
     spec = snippet.model_dump(mode="json")
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def agent_factory(cfg: EvalConfig, pset: Pset) -> Callable[[], Agent]:
-    """A fresh agent per episode. Raises ConfigError for an unknown or broken spec."""
-    spec = cfg.agent
-    if spec in ("single-shot", "tools"):
-        if cfg.model is None:
-            raise ConfigError(f"agent {spec} needs --model provider:name")
-        model_cfg = cfg.model
-        try:
-            make_model(model_cfg)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        if spec == "tools":
-            return lambda: ToolsAgent(make_model(model_cfg))
-        return lambda: SingleShotAgent(make_model(model_cfg), with_paper=cfg.with_paper)
-    if spec == "oracle":
-        answers = {s.id: s.reference_body for s in pset.snippets}
-        return lambda: OracleAgent(answers)
-    if spec == "null":
-        return NullAgent
-    try:
-        cls = load_agent_class(spec)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    return cls
+def make_agent_factory(cfg: EvalConfig, pset: Pset) -> AgentFactory:
+    """The factory of ``cfg.agent`` (a built-in name or ``package.module:Class``).
+
+    Raises:
+        ConfigError: an unknown or broken spec.
+    """
+    return agent_factory(cfg.agent, pset, model=cfg.model, options={"with_paper": cfg.with_paper})
 
 
 def _jsonable(action: Any) -> Any:
@@ -130,12 +116,11 @@ def run_episode(
     t0 = time.monotonic()
     steps: list[StepRecord] = []
     initial = ""
-    final: dict[str, Any] = {}
-    infra: InfraError | None = None
+    outcome: EpisodeOutcome | None = None
     inner = RcbEnv(paper, snippet, cfg.env, grading_config=cfg.grading, factory=factory)
     env = Budgets(inner, **cfg.budgets.model_dump())
-    stage = "sandbox"
-    spent = getattr(agent, "spent", None)
+    stage: Stage = "sandbox"
+    metered = agent if isinstance(agent, MeteredAgent) else None
     charged = (0, 0.0)
     try:
         obs, info = env.reset(options={"episode_id": episode_id})
@@ -146,8 +131,8 @@ def run_episode(
         while not (terminated or truncated):
             stage = "agent"
             action = agent.act(obs, info)
-            if spent is not None:
-                tokens, cost = spent()
+            if metered is not None:
+                tokens, cost = metered.spent()
                 env.charge_tokens(tokens - charged[0], cost - charged[1])
                 charged = (tokens, cost)
             stage = "sandbox"
@@ -164,30 +149,21 @@ def run_episode(
             )
         stage = "agent"
         agent.end(info)
-        final = inner.final or {}
-    except ProviderError as exc:
-        infra = InfraError(stage="model", type=type(exc).__name__, message=str(exc)[:2000])
-    except (SandboxError, GradingError, OSError) as exc:
-        infra = InfraError(stage=stage, type=type(exc).__name__, message=str(exc)[:2000])
-    except Exception as exc:  # an agent's failure must not take the run down
-        if stage != "agent":
+        outcome = inner.outcome
+    except Exception as exc:  # the one boundary: what broke, and where
+        error = infra_error(exc, stage)
+        if error is None and stage == "agent":  # an agent's own crash must not take the run down
+            error = InfraError(stage="agent", type=type(exc).__name__, message=str(exc)[:2000])
+        if error is None:
             raise
-        infra = InfraError(stage="agent", type=type(exc).__name__, message=str(exc)[:2000])
+        outcome = EpisodeOutcome.failed(error)
     finally:
         env.close()
-    drain = getattr(agent, "drain_calls", list)
-    if infra is None and final.get("infra_error"):
-        infra = InfraError.model_validate(final["infra_error"])
-    grade = GradeResult.model_validate(final["grade"]) if "grade" in final else None
-    reason = str(final.get("reason", "infra_error"))
-    passed = grade.passed if grade is not None and infra is None else None
-    status = (
-        "infra_error" if infra is not None else ("completed" if reason == "submit" else "truncated")
-    )
-    reward = 0.0
-    if passed:
-        reward = 1.0 if cfg.env.reward == "binary" else float(snippet.weight)
-    record = EpisodeRecord(
+    if outcome is None:  # pragma: no cover - the loop only ends with an outcome
+        raise RuntimeError("the episode ended without an outcome")
+    calls = metered.drain_calls() if metered is not None else []
+    record = EpisodeRecord.from_outcome(
+        outcome,
         run_id=run_id,
         episode_id=episode_id,
         snippet_id=snippet.id,
@@ -197,23 +173,16 @@ def run_episode(
         task_hash=task_hash(snippet),
         agent=agent.describe(),
         config=cfg.model_dump(mode="json", exclude={"agent"}),
-        status=status,
-        reason=reason if infra is None else "infra_error",
-        reward=reward,
-        passed=passed,
         initial_observation=initial,
         steps=steps,
-        patch=str(final.get("patch", "")),
-        body=final.get("body"),
-        outside_edits=bool(final.get("outside_edits", False)),
-        grade=grade,
-        infra_error=infra,
-        model_calls=[c.model_dump(mode="json") for c in drain()],
+        model_calls=[_jsonable(c) for c in calls],
         tokens=env.tokens,
         cost=round(env.cost, 6),
         started_at=started_at,
         duration_s=round(time.monotonic() - t0, 3),
     )
+    status = record.status
+    passed = record.passed
     log.info(
         "episode",
         run_id=run_id,
@@ -255,6 +224,7 @@ def run_eval(
     on_plan: Callable[[int], None] | None = None,
     infra_retries: int = 1,
     retry_delay_s: float = 5.0,
+    make_agent: AgentFactory | None = None,
 ) -> Summary:
     """Run every (snippet, sample) not yet finished in ``run_dir`` and return the summary.
 
@@ -263,6 +233,9 @@ def run_eval(
     rate-limited model is often back by then). Their infra records stay in the log; the last
     record of each episode is the one that counts, and what still failed is excluded from the
     rates and counted.
+
+    ``make_agent`` builds each episode's agent; by default ``cfg.agent`` is resolved by name
+    (:func:`rcb_env.agent.agent_factory`).
 
     Raises:
         ConfigError: resuming with a different agent, configuration or task set.
@@ -300,7 +273,7 @@ def run_eval(
     ]
     if on_plan is not None:
         on_plan(len(todo))
-    make_agent = agent_factory(cfg, pset)
+    new_agent = make_agent or make_agent_factory(cfg, pset)
     factory = SandboxFactory(cfg.sandbox)
     writer = RecordLog(records_path).open()
     failed: list[tuple[Paper, Snippet, int]] = []  # infrastructure errors of the last round
@@ -308,7 +281,7 @@ def run_eval(
 
         def work(item: tuple[Paper, Snippet, int]) -> None:
             paper, snippet, sample = item
-            record = run_episode(paper, snippet, sample, make_agent(), cfg, factory, run_id)
+            record = run_episode(paper, snippet, sample, new_agent(), cfg, factory, run_id)
             writer.append(record)
             if record.status == "infra_error":
                 failed.append(item)

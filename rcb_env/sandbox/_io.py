@@ -7,6 +7,8 @@ import os
 import signal
 from typing import IO
 
+from rcb_env._common import omitted
+
 _CHUNK = 1 << 20
 
 
@@ -42,7 +44,7 @@ def read_capped(f: IO[bytes], limit: int, needles: tuple[str, ...]) -> tuple[str
     tail = f.read(half)
     text = (
         head.decode("utf-8", "replace")
-        + f"\n[... {size - 2 * half} bytes truncated ...]\n"
+        + omitted(size - 2 * half, "bytes")
         + tail.decode("utf-8", "replace")
     )
     return text, found

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rcb_env._common import truncate
 from rcb_env.errors import SandboxError
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox.base import ExecResult, Executor, Limits, Sandbox, SandboxConfig, chown_tree
@@ -372,19 +373,12 @@ class DockerExecutor:
             exit_code=None if signal_no else code,
             signal=signal_no,
             timed_out=timed_out,
-            stdout=_cap(out, limit),
-            stderr=_cap(err, limit),
+            stdout=truncate(out, limit),
+            stderr=truncate(err, limit),
             duration_s=time.monotonic() - start,
             found=found,
             oom_killed=oom,
         )
-
-
-def _cap(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n[... {len(text) - 2 * half} characters truncated ...]\n{text[-half:]}"
 
 
 def list_containers(docker: Any, label: str = LABEL) -> list[dict[str, Any]]:

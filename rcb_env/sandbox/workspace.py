@@ -14,12 +14,14 @@ import shutil
 import threading
 from pathlib import Path, PurePosixPath
 
+from rcb_env.errors import AgentFacingError
 from rcb_env.task import annotations as ann
-from rcb_env.task.loader import is_hidden, walk_files
+from rcb_env.task.loader import walk_files
 from rcb_env.task.models import Paper, Snippet
+from rcb_env.task.source import source_for
 
 
-class WorkspacePathError(ValueError):
+class WorkspacePathError(AgentFacingError):
     """A path the agent gave is outside the workspace, hidden, or not there."""
 
 
@@ -29,8 +31,8 @@ _template_lock = threading.Lock()
 def build_template(paper: Paper, snippet: Snippet, dest: Path) -> Path:
     """Write the masked tree for ``snippet`` into ``dest`` (idempotent; safe across threads).
 
-    The snippet's file is masked; every other annotated file loses its marker lines; hidden paths
-    (test file, reference copies, caches, overlay-declared paths) are left out entirely.
+    What the tree holds is the task source's decision (:meth:`TaskSource.write_workspace`):
+    the region masked, hidden paths (tests, reference copies, declared paths) left out.
     """
     with _template_lock:
         done = dest / ".rcb-template-complete"
@@ -42,21 +44,7 @@ def build_template(paper: Paper, snippet: Snippet, dest: Path) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
-        annotated = {f.path: f.text for f in paper.annotated_files}
-        for rel in walk_files(paper.root):
-            if is_hidden(rel, paper.hidden_patterns):
-                continue
-            src = paper.root / rel
-            if src.is_symlink():
-                continue  # a link could point at a hidden file; never copy one
-            target = tmp / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if rel == snippet.file:
-                target.write_bytes(snippet.masked_text.encode())
-            elif rel in annotated:
-                target.write_bytes(ann.strip_markers(annotated[rel]).encode())
-            else:
-                shutil.copyfile(src, target)
+        source_for(paper).write_workspace(paper, snippet, tmp)
         tmp.rename(dest)
         (dest / ".rcb-template-complete").touch()
         return dest
@@ -216,28 +204,37 @@ def unified_diff(template: Path, workspace: Path, files: list[str] | None = None
     return text if not text or text.endswith("\n") else text + "\n"
 
 
-def extract_body(masked_text: str, snippet: Snippet, edited_text: str) -> tuple[str, bool]:
-    """The candidate body: what now stands where the TODO lines stood in the masked file.
+def extract_body(paper: Paper, snippet: Snippet, edited_text: str) -> tuple[str, bool]:
+    """The candidate body in the agent's edited copy of ``snippet.file`` (the task source
+    decides how), and whether the file also changed outside the region."""
+    return source_for(paper).extract_body(paper, snippet, edited_text)
+
+
+def extract_region(masked_text: str, placeholder: list[str], edited_text: str) -> tuple[str, bool]:
+    """What now stands where the ``placeholder`` lines stood in ``masked_text``.
 
     Lines are aligned with difflib; the body is everything between the last unchanged line before
-    the TODO block and the first unchanged line after it. Returns the body and whether the file
+    the placeholder and the first unchanged line after it. Returns the body and whether the file
     was also changed outside that region (such edits are ignored for grading).
+
+    Raises:
+        ValueError: ``masked_text`` does not contain the placeholder lines.
     """
     masked = ann.split_lines(masked_text)
     edited = ann.split_lines(edited_text)
-    todo = ann.todo_lines(snippet.name, snippet.weight, snippet.indent)
+    want = [line.rstrip("\r\n") for line in placeholder]
+    n = len(want)
     start = next(
         (
             i
-            for i in range(len(masked) - 1)
-            if masked[i].rstrip("\r\n") == todo[0].rstrip("\n")
-            and masked[i + 1].rstrip("\r\n") == todo[1].rstrip("\n")
+            for i in range(len(masked) - n + 1)
+            if [line.rstrip("\r\n") for line in masked[i : i + n]] == want
         ),
         None,
     )
-    if start is None:
-        raise ValueError(f"masked text of {snippet.id} has no TODO block")
-    end = start + 2
+    if start is None or n == 0:
+        raise ValueError("the masked text has no placeholder block")
+    end = start + n
     mapping: dict[int, int] = {}
     matcher = difflib.SequenceMatcher(None, masked, edited, autojunk=False)
     for block in matcher.get_matching_blocks():
@@ -251,6 +248,6 @@ def extract_body(masked_text: str, snippet: Snippet, edited_text: str) -> tuple[
     body = "".join(edited[lo:hi])
     # Untouched context maps line for line; a changed, deleted or added line outside the region
     # breaks either count.
-    context = len(masked) - 2
+    context = len(masked) - n
     outside = len(before) + len(after) != context or len(edited) - (hi - lo) != context
     return body, outside

@@ -412,8 +412,28 @@ def load_lone_paper(folder: Path) -> Paper:
     return load_paper(folder, meta, overlay)
 
 
-def load(path: Path, *, papers: set[str] | None = None) -> Pset:
-    """Load a pset root, or a lone paper folder as a one-paper pset."""
+def load(path: Path | str, *, papers: set[str] | None = None, source: str | None = None) -> Pset:
+    """Load a task folder with the named task source, or the one whose layout it is.
+
+    Raises:
+        MissingTaskFileError: no registered source recognises the folder.
+        ConfigError: ``source`` names no registered source.
+    """
+    from rcb_env.task.source import detect_source, get_source
+
+    root = Path(path).expanduser().resolve()
+    found = get_source(source) if source is not None else detect_source(root)
+    if found is None:
+        raise MissingTaskFileError(
+            f"not a task folder of any known layout: neither a pset ({PAPERS_YAML}) nor a "
+            f"paper folder ({TEST_FILE})",
+            file=root,
+        )
+    return found.load(root, papers=papers)
+
+
+def load_paper2code(path: Path, *, papers: set[str] | None = None) -> Pset:
+    """Load a paper2code pset root, or a lone paper folder as a one-paper pset."""
     path = path.resolve()
     if (path / PAPERS_YAML).is_file():
         return load_pset(path, papers=papers)

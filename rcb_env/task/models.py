@@ -6,13 +6,10 @@ import datetime as dt
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from rcb_env._common import Frozen
 from rcb_env.task.annotations import Span, todo_lines
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class PaperMeta(Frozen):
@@ -134,6 +131,8 @@ class Paper(Frozen):
 
     meta: PaperMeta
     """Entry from ``papers.yaml`` (or synthesised for a lone paper folder)."""
+    source: str = "paper2code"
+    """Name of the task source (layout) that loaded it; see :mod:`rcb_env.task.source`."""
     root: Path
     """Absolute path of the paper folder (the pristine tree)."""
     slug: str

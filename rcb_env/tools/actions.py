@@ -9,11 +9,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from rcb_env.errors import AgentFacingError
+
 #: Largest serialized action accepted (a model's runaway output is an error, not a hang).
 MAX_ACTION_BYTES = 1_000_000
 
 
-class ActionError(ValueError):
+class ActionError(AgentFacingError):
     """The action could not be parsed or validated; goes back to the agent as an observation."""
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rcb_env._common import truncate
 from rcb_env.grading.models import GradeResult, Outcome, TestStatus
 from rcb_env.sandbox.base import Sandbox
 from rcb_env.sandbox.workspace import WorkspacePathError
@@ -35,13 +36,6 @@ class ToolResult:
     text: str
     ok: bool = True
     data: dict[str, Any] = field(default_factory=dict)
-
-
-def truncate(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n[... {len(text) - 2 * half} characters omitted ...]\n{text[-half:]}"
 
 
 class ToolBox:

@@ -11,17 +11,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
-
+from rcb_env._common import Frozen
 from rcb_env.grading.grader import Grader
 from rcb_env.grading.models import GradeResult, Outcome
 from rcb_env.task.models import LoadFailure, Paper, Pset, Snippet
 
 SCHEMA = "rcb-env/validate/1"
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Status(StrEnum):

@@ -8,12 +8,13 @@ cache, the per-provider concurrency cap shared by all workers, and a record of e
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -184,14 +185,26 @@ def make_model(config: ModelConfig) -> ChatModel:
     Raises:
         ValueError: unknown provider.
     """
-    if config.provider == "openai":
-        from rcb_agents.models.openai_chat import OpenAIChat
+    target = PROVIDERS.get(config.provider)
+    if target is None:
+        raise ValueError(
+            f"unknown model provider in {config.spec!r}: use "
+            + " or ".join(f"{name}:<model>" for name in PROVIDERS)
+        )
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(
+            f"provider {config.provider} needs its SDK ({exc.name}): pip install 'rcb-env[agents]'"
+        ) from None
+    cls: Callable[[ModelConfig], ChatModel] = getattr(module, attr)
+    return cls(config)
 
-        return OpenAIChat(config)
-    if config.provider == "anthropic":
-        from rcb_agents.models.anthropic_messages import AnthropicMessages
 
-        return AnthropicMessages(config)
-    raise ValueError(
-        f"unknown model provider in {config.spec!r}: use openai:<model> or anthropic:<model>"
-    )
+#: Provider name -> ``module:Class``, imported on first use (an SDK that is not installed only
+#: matters to the runs that ask for it).
+PROVIDERS: dict[str, str] = {
+    "openai": "rcb_agents.models.openai_chat:OpenAIChat",
+    "anthropic": "rcb_agents.models.anthropic_messages:AnthropicMessages",
+}

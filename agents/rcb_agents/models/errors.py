@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from rcb_env.errors import ModelError
 
-class ProviderError(Exception):
+
+class ProviderError(ModelError):
     """A model call failed for good (after retries, or not retryable): an infrastructure error
     of the episode, never a reward of 0."""
 

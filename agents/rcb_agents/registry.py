@@ -1,0 +1,87 @@
+"""Built-in agents by name. The environment resolves names here (``rcb_env.agent``); each entry
+is imported on first use, so an agent whose SDK is not installed only matters when asked for."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rcb_env.agent import Agent
+from rcb_env.task.models import Pset
+
+Factory = Callable[[], Agent]
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a run tells an agent builder."""
+
+    pset: Pset
+    model: dict[str, Any] | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def _oracle(req: Request) -> Factory:
+    from rcb_agents.baselines import OracleAgent
+
+    answers = {s.id: s.reference_body for s in req.pset.snippets}
+    return lambda: OracleAgent(answers)
+
+
+def _null(_req: Request) -> Factory:
+    from rcb_agents.baselines import NullAgent
+
+    return NullAgent
+
+
+def _llm(kind: str) -> Callable[[Request], Factory]:
+    def build(req: Request) -> Factory:
+        if req.model is None:
+            raise ValueError(f"agent {kind} needs --model provider:name")
+        from rcb_agents.llm import SingleShotAgent, ToolsAgent
+        from rcb_agents.models import ModelConfig, make_model
+
+        cfg = ModelConfig.model_validate(req.model)
+        make_model(cfg)  # fail now on an unknown provider or a missing SDK, not per episode
+        if kind == "tools":
+            return lambda: ToolsAgent(make_model(cfg))
+        with_paper = bool(req.options.get("with_paper", True))
+        return lambda: SingleShotAgent(make_model(cfg), with_paper=with_paper)
+
+    return build
+
+
+AGENTS: dict[str, Callable[[Request], Factory]] = {
+    "oracle": _oracle,
+    "null": _null,
+    "single-shot": _llm("single-shot"),
+    "tools": _llm("tools"),
+}
+
+
+def factory(
+    name: str, pset: Pset, *, model: dict[str, Any] | None, options: dict[str, Any]
+) -> Factory:
+    """A factory of fresh agents named ``name``.
+
+    Raises:
+        ValueError: unknown name, or a setting the agent needs is missing.
+    """
+    build = AGENTS.get(name)
+    if build is None:
+        raise ValueError(
+            f"unknown agent {name!r}: use one of {', '.join(AGENTS)} or package.module:ClassName"
+        )
+    return build(Request(pset, model, options))
+
+
+def model_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """Validated, complete model settings as JSON (what a run records).
+
+    Raises:
+        ValueError: invalid settings (pydantic's ValidationError is one).
+    """
+    from rcb_agents.models import ModelConfig
+
+    return ModelConfig.model_validate(settings).model_dump(mode="json")

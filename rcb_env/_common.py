@@ -1,0 +1,25 @@
+"""Small pieces every stage shares: the frozen model base and head-and-tail truncation."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Frozen(BaseModel):
+    """Base of rcb-env's data models: immutable, unknown fields refused, field docstrings kept
+    as descriptions."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+def omitted(count: int, unit: str = "characters") -> str:
+    """The one marker for a cut in the middle of a text."""
+    return f"\n[... {count} {unit} omitted ...]\n"
+
+
+def truncate(text: str, limit: int) -> str:
+    """``text`` if it fits in ``limit`` characters, else its head and tail around a marker."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}{omitted(len(text) - 2 * half)}{text[-half:]}"

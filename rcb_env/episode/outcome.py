@@ -1,0 +1,90 @@
+"""How an episode ended: one frozen value, produced by the environment, recorded as is.
+
+The environment computes the reward once, here; the runner, the records and an RL loop read it
+from :class:`EpisodeOutcome` (``info["outcome"]`` on the last step) instead of rebuilding it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from rcb_env._common import Frozen
+from rcb_env.errors import InfraError
+from rcb_env.grading.models import GradeResult
+
+
+class StopReason(StrEnum):
+    """Why an episode ended (a closed set)."""
+
+    SUBMIT = "submit"
+    """The agent submitted: ``terminated``."""
+    BUDGET_STEPS = "budget_steps"
+    """The step budget ran out: ``truncated``."""
+    BUDGET_WALL_S = "budget_wall_s"
+    """The wall-clock budget ran out: ``truncated``."""
+    BUDGET_TOKENS = "budget_tokens"
+    """The token budget ran out: ``truncated``."""
+    BUDGET_COST = "budget_cost"
+    """The cost budget ran out: ``truncated``."""
+    INFRA_ERROR = "infra_error"
+    """The environment failed: ``truncated``, and the episode is not scored."""
+
+    @property
+    def is_budget(self) -> bool:
+        return self.value.startswith("budget_")
+
+
+class EpisodeStatus(StrEnum):
+    """What an episode's record counts as."""
+
+    COMPLETED = "completed"
+    """Submitted and graded."""
+    TRUNCATED = "truncated"
+    """A budget ended it; what the workspace held was graded."""
+    INFRA_ERROR = "infra_error"
+    """The environment failed; no score (excluded from rates, retried by runners)."""
+
+
+class EpisodeOutcome(Frozen):
+    """The end of one episode."""
+
+    status: EpisodeStatus
+    """completed, truncated or infra_error."""
+    reason: StopReason
+    """Why it ended."""
+    reward: float
+    """Pass x line weight (or 0/1 for ``reward="binary"``); 0.0 when not scored."""
+    passed: bool | None
+    """Did the graded body pass? None when it could not be graded (infrastructure)."""
+    patch: str = ""
+    """Unified diff of the workspace against the masked original."""
+    body: str | None = None
+    """The snippet body that was graded (None if the episode failed before grading)."""
+    changed_files: tuple[str, ...] = ()
+    """Files the agent added, removed or modified."""
+    outside_edits: bool = False
+    """The agent changed files or lines outside the masked block (ignored for grading)."""
+    grade: GradeResult | None = None
+    """The grader's verdict, when grading ran."""
+    infra_error: InfraError | None = None
+    """The infrastructure failure, with its stage, when ``status`` is ``infra_error``."""
+
+    @property
+    def scored(self) -> bool:
+        """Does this episode count in the rates (it was graded and nothing broke)?"""
+        return self.status is not EpisodeStatus.INFRA_ERROR
+
+    @classmethod
+    def failed(
+        cls, error: InfraError, *, patch: str = "", body: str | None = None
+    ) -> EpisodeOutcome:
+        """An episode the environment could not finish or grade."""
+        return cls(
+            status=EpisodeStatus.INFRA_ERROR,
+            reason=StopReason.INFRA_ERROR,
+            reward=0.0,
+            passed=None,
+            patch=patch,
+            body=body,
+            infra_error=error,
+        )

@@ -1,0 +1,159 @@
+"""The task-source contract: what a benchmark layout implements so that every later stage
+(workspace, grading, the task statement, agents) works with it unchanged.
+
+A source turns a folder into frozen task data (:class:`~rcb_env.task.models.Pset`, papers,
+snippets) and owns the behaviour that depends on the layout: which files the agent sees and how
+the region is masked, how a body goes back into a pristine copy, which tests a run must report,
+and how the task is put to the agent. Everything else in rcb-env talks to this contract only.
+
+To add a layout: subclass :class:`TaskSource`, decorate it with :func:`register_source`, and give
+its papers ``source=<name>``. ``rcb_env.load(path)`` asks each registered source's
+:meth:`TaskSource.detect` (most recently registered first).
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import ClassVar, TypeVar
+
+from rcb_env._common import Frozen
+from rcb_env.errors import ConfigError
+from rcb_env.task.models import Paper, Pset, Snippet
+
+
+class TaskStatement(Frozen):
+    """The task as structured fields. The environment renders them into the first observation;
+    agents that build their own prompts read them from ``info["task"]`` at reset."""
+
+    title: str
+    """Paper title (or id)."""
+    file: str
+    """The file holding the masked region, relative to the workspace."""
+    placeholder: str
+    """The exact text that stands where the code was removed (what an agent replaces)."""
+    indent: str
+    """Indentation of the masked region."""
+    intro: str
+    """One sentence: what the agent is asked to do."""
+    instructions: str
+    """How the answer is written and graded (follows the placeholder in the statement)."""
+    context_files: tuple[str, ...] = ()
+    """Files worth reading for context."""
+    paper_file: str
+    """The paper's text file, relative to the paper folder."""
+    paper_is_markdown: bool = False
+    """Markdown headings (else LaTeX sectioning commands)."""
+
+
+class TaskSource(ABC):
+    """One benchmark layout."""
+
+    name: ClassVar[str]
+    """Registry name, stored on each paper (``Paper.source``)."""
+
+    @classmethod
+    @abstractmethod
+    def detect(cls, root: Path) -> bool:
+        """Is ``root`` a folder of this layout?"""
+
+    @abstractmethod
+    def load(self, root: Path, *, papers: set[str] | None = None) -> Pset:
+        """Every task under ``root`` (only ``papers`` when given).
+
+        Raises:
+            TaskLoadError: the folder itself is unusable (a bad paper is a ``LoadFailure``).
+        """
+
+    @abstractmethod
+    def write_workspace(self, paper: Paper, snippet: Snippet, dest: Path) -> None:
+        """Write the agent's masked tree for ``snippet`` into the empty folder ``dest``: the
+        region masked, hidden files (tests, references) left out."""
+
+    @abstractmethod
+    def write_grading_copy(self, paper: Paper, snippet: Snippet, body: str, dest: Path) -> None:
+        """Write a pristine copy of the paper into the empty folder ``dest`` with ``body`` in
+        place of the snippet's region (everything else byte for byte as published)."""
+
+    @abstractmethod
+    def extract_body(self, paper: Paper, snippet: Snippet, edited: str) -> tuple[str, bool]:
+        """The candidate body from the agent's edited copy of ``snippet.file``, and whether the
+        file was also changed outside the region (ignored for grading)."""
+
+    @abstractmethod
+    def expected_tests(self, paper: Paper) -> tuple[str, ...]:
+        """The tests a grading run of ``paper.test_file`` must report as passed (found
+        statically, so the tested code cannot change the count)."""
+
+    @abstractmethod
+    def statement(self, paper: Paper, snippet: Snippet) -> TaskStatement:
+        """The task as the agent is given it."""
+
+
+#: Built-in sources by name: resolved on first use, so the registry imports nothing.
+_BUILTIN: dict[str, str] = {"paper2code": "rcb_env.task.paper2code:Paper2Code"}
+_registry: dict[str, type[TaskSource]] = {}
+_instances: dict[str, TaskSource] = {}
+_lock = threading.Lock()
+S = TypeVar("S", bound=type[TaskSource])
+
+
+def register_source(cls: S) -> S:
+    """Class decorator: make a layout available by its ``name``."""
+    with _lock:
+        _registry[cls.name] = cls
+        _instances.pop(cls.name, None)
+    return cls
+
+
+def _resolve(name: str) -> type[TaskSource]:
+    with _lock:
+        found = _registry.get(name)
+    if found is not None:
+        return found
+    target = _BUILTIN.get(name)
+    if target is None:
+        raise ConfigError(f"unknown task source {name!r} (known: {', '.join(source_names())})")
+    module, _, attr = target.partition(":")
+    cls: type[TaskSource] = getattr(importlib.import_module(module), attr)
+    with _lock:
+        _registry.setdefault(name, cls)
+    return cls
+
+
+def source_names() -> list[str]:
+    """Every registered or built-in source name."""
+    with _lock:
+        return sorted(set(_BUILTIN) | set(_registry))
+
+
+def get_source(name: str) -> TaskSource:
+    """The (shared, stateless) instance of the named source.
+
+    Raises:
+        ConfigError: no source has that name.
+    """
+    cls = _resolve(name)
+    with _lock:
+        inst = _instances.get(name)
+        if inst is None:
+            inst = _instances[name] = cls()
+        return inst
+
+
+def source_for(paper: Paper) -> TaskSource:
+    """The source that loaded ``paper``."""
+    return get_source(paper.source)
+
+
+def detect_source(root: Path) -> TaskSource | None:
+    """The source whose layout ``root`` is: user-registered sources first (newest first), the
+    built-in ones last."""
+    with _lock:
+        custom = [n for n in reversed(_registry) if n not in _BUILTIN]
+    for name in [*custom, *_BUILTIN]:
+        if _resolve(name).detect(root):
+            return get_source(name)
+    return None
