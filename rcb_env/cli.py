@@ -16,14 +16,14 @@ from rich.table import Table
 from rich.tree import Tree
 
 from rcb_env import logs
-from rcb_env.episode.env import EnvConfig
 from rcb_env.agent import model_settings
+from rcb_env.episode.env import EnvConfig
 from rcb_env.errors import RcbError
 from rcb_env.grading.grader import Grader, GradingConfig
 from rcb_env.results import Rates, Summary, read_records, summarize
 from rcb_env.results.compare import compare
 from rcb_env.runner import BudgetConfig, EvalConfig, new_run_dir, run_eval
-from rcb_env.sandbox import BackendName, SandboxConfig, SandboxFactory
+from rcb_env.sandbox import BackendName, SandboxConfig, SandboxFactory, backend_names
 from rcb_env.task import loader
 from rcb_env.task.models import DateField, Paper, Pset
 from rcb_env.task.selection import select_papers, select_snippets
@@ -103,7 +103,7 @@ snippet_option = click.option(
 )
 sandbox_option = click.option(
     "--sandbox",
-    type=click.Choice(["auto", "bwrap", "docker", "local"]),
+    type=click.Choice(["auto", *backend_names()]),
     default="auto",
     show_default=True,
     help="auto = bwrap when it really runs here; docker needs `rcb-env images build`; "

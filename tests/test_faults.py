@@ -28,7 +28,8 @@ from rcb_env.runner.eval import EvalConfig, run_eval
 from rcb_env.sandbox import SandboxFactory
 from rcb_env.sandbox import docker as docker_sandbox
 from rcb_env.sandbox.base import ExecResult, Executor, Limits, SandboxConfig
-from rcb_env.sandbox.bwrap import CGROUP_ROOT, BwrapExecutor
+from rcb_env.sandbox.bwrap import BwrapExecutor
+from rcb_env.sandbox.cgroups import CGROUP_ROOT
 from rcb_env.task import Paper, bundled_root, load
 from rcb_env.task.selection import select_snippets
 from rcb_env.tools.actions import RunCommand, ToolSpec

@@ -168,7 +168,7 @@ def test_official_rule_sees_error_words_beyond_the_kept_output(
     assert r.passed
     assert not r.official_pass
     assert "Exception: only" not in r.stdout
-    assert "truncated" in r.stdout
+    assert "bytes omitted" in r.stdout
 
 
 def test_script_style_test_files_are_graded_by_exit_and_completion(tmp_path: Path) -> None:

@@ -256,7 +256,7 @@ def test_sigkill_at_random_points_then_resume_loses_and_repeats_nothing(
     leftovers = [
         d
         for d in config.scratch_dir().iterdir()
-        if d.name.startswith(scratch.PREFIXES)
+        if d.name.startswith(tuple(scratch.PREFIXES))
         and (d / scratch.OWNER_FILE).exists()
         and not scratch._alive((d / scratch.OWNER_FILE).read_text())
     ]

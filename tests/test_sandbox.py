@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from rcb_env.sandbox import Limits, Sandbox, SandboxConfig, SandboxFactory
-from rcb_env.sandbox.bwrap import CGROUP_PARENT, CGROUP_ROOT, BwrapSandbox, sweep_cgroups
+from rcb_env.sandbox.bwrap import BwrapSandbox
+from rcb_env.sandbox.cgroups import CGROUP_PARENT, CGROUP_ROOT
+from rcb_env.sandbox.cgroups import sweep as sweep_cgroups
 from rcb_env.task import Paper, load
 from tests.conftest import live_processes, math_files, write_paper, write_pset
 

@@ -81,7 +81,7 @@ class Grader:
             output_limit=self.config.output_limit, scratch=self.scratch
         )
         # An executor that brings its own interpreter (a container image) decides; else ours.
-        own = getattr(self.executor, "interpreter", None)
+        own = self.executor.interpreter
         self.python = Path(own) if own else (self.config.python or config.task_python())
         self._expected: dict[str, tuple[str, ...]] = {}
         self._health: dict[str, GradeResult] = {}

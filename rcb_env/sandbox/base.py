@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
@@ -48,6 +48,10 @@ class ExecResult(BaseModel):
 class Executor(Protocol):
     """Runs one command to completion in a prepared folder."""
 
+    interpreter: str | None
+    """The Python that runs inside this executor's sandbox (a container image's own), or None
+    for the task interpreter of the host (bound into the sandbox)."""
+
     def run(
         self,
         argv: Sequence[str],
@@ -67,7 +71,8 @@ class Executor(Protocol):
         ...
 
 
-BackendName = Literal["auto", "bwrap", "docker", "local"]
+BackendName = str
+"""``auto`` or the name of a registered backend (:func:`rcb_env.sandbox.backend_names`)."""
 
 
 class Limits(BaseModel):
@@ -93,7 +98,10 @@ class SandboxConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     backend: BackendName = "auto"
-    """``auto`` probes bwrap and uses it when it really runs; ``local`` must be asked for."""
+    """``auto`` probes bwrap and uses it when it really runs; ``local`` must be asked for; any
+    registered backend by name."""
+    options: dict[str, Any] = {}
+    """Settings of the chosen backend, validated by its own model (``Backend.options_model``)."""
     limits: Limits = Limits()
     """Resource limits per sandbox."""
     command_timeout_s: float = 120.0
@@ -109,8 +117,13 @@ class SandboxConfig(BaseModel):
     pool_size: int = 0
     """docker: started containers kept ready per image, so an episode does not wait for one."""
     cgroup_parent: str = "rcb-env"
-    """bwrap: the cgroup (v1) under which each sandbox gets its own group. Point it at a group
-    you limit yourself to cap what all sandboxes together may use."""
+    """bwrap: the cgroup under which each sandbox gets its own group. Point it at a group you
+    limit yourself to cap what all sandboxes together may use."""
+    cgroup_limits: Literal["required", "best-effort", "off"] = "required"
+    """bwrap: ``required`` refuses to run when the memory or pids limit cannot be set (cgroup v1
+    or v2), ``best-effort`` sets what it can, ``off`` relies on rlimits alone."""
+    cgroup_root: Path = Path("/sys/fs/cgroup")
+    """bwrap: where the cgroup hierarchies are mounted (or a delegated v2 subtree)."""
 
     @field_validator("cgroup_parent")
     @classmethod

@@ -4,31 +4,30 @@ Inside, the sandbox sees read-only system folders (``/usr``, ``/etc``), the task
 its venv at their own paths (the interpreter finds its shared library through an absolute
 RUNPATH), a private ``/tmp``, its own ``/proc``, only ``lo``, and ``/workspace``, the only
 writable folder. Processes run as the unprivileged ``rcb-sandbox`` user when rcb-env runs as root.
-Limits: cgroup v1 memory and pids per sandbox where the machine has them, rlimits always.
+Limits: a memory and a pids cgroup (v1 or v2, :mod:`rcb_env.sandbox.cgroups`) per sandbox, and
+rlimits always.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import pwd
 import shutil
 import subprocess
-import time
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from rcb_env import config as settings
 from rcb_env.errors import SandboxError
+from rcb_env.sandbox import cgroups
+from rcb_env.sandbox.backend import Backend
 from rcb_env.sandbox.base import ExecResult, Executor, Limits, Sandbox, SandboxConfig, chown_tree
+from rcb_env.sandbox.cgroups import Cgroup, with_oom
 from rcb_env.sandbox.local import LocalExecutor
 from rcb_env.sandbox.session import ShellSession
+from rcb_env.task.models import Paper
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-CGROUP_PARENT = "rcb-env"
-_PAGE = 4096
 _SYSTEM_RO = ("/usr", "/etc", "/lib", "/lib64", "/bin", "/sbin")
 
 
@@ -95,118 +94,6 @@ def _identity(user: str | None) -> tuple[int, int] | None:
     return entry.pw_uid, entry.pw_gid
 
 
-def sweep_cgroups(min_age_s: float = 60.0, parent_name: str = CGROUP_PARENT) -> int:
-    """Remove empty groups left by rcb-env processes that were killed before cleaning up.
-
-    Only groups older than ``min_age_s`` are touched, so a sandbox that is just moving into its
-    new group is never raced; a group with processes refuses ``rmdir`` and stays. Returns how
-    many were removed.
-    """
-    removed = 0
-    now = time.time()
-    for controller in ("memory", "pids"):
-        parent = CGROUP_ROOT / controller / parent_name
-        if not parent.is_dir():
-            continue
-        for d in parent.iterdir():
-            try:
-                if not d.is_dir() or now - d.stat().st_mtime < min_age_s:
-                    continue
-                if (d / "cgroup.procs").read_text().strip():
-                    continue
-                d.rmdir()
-                removed += 1
-            except OSError:
-                continue
-    return removed
-
-
-class Cgroup:
-    """A cgroup v1 memory + pids group for one sandbox (absent controllers are skipped)."""
-
-    def __init__(self, limits: Limits, parent: str = CGROUP_PARENT) -> None:
-        self.name = f"{parent}/{uuid.uuid4().hex[:12]}"
-        self.dirs: list[Path] = []
-        for controller, settings_ in (
-            ("memory", {"memory.limit_in_bytes": limits.memory_mb * 1024 * 1024}),
-            ("pids", {"pids.max": limits.pids}),
-        ):
-            base = CGROUP_ROOT / controller
-            if not (base / "cgroup.procs").exists() or not os.access(base, os.W_OK):
-                continue
-            d = base / self.name
-            try:
-                d.mkdir(parents=True, exist_ok=True)
-                for key, value in settings_.items():
-                    (d / key).write_text(str(value))
-                if controller == "memory" and (d / "memory.memsw.limit_in_bytes").exists():
-                    (d / "memory.memsw.limit_in_bytes").write_text(
-                        str(limits.memory_mb * 1024 * 1024)
-                    )
-            except OSError:
-                continue
-            self.dirs.append(d)
-
-    def enter_command(self) -> list[str]:
-        """A prefix that moves the launching shell into the group before it execs the rest, so
-        no process of the sandbox ever runs outside it."""
-        if not self.dirs:
-            return []
-        moves = "; ".join(f"echo $$ > {d}/cgroup.procs" for d in self.dirs)
-        return ["sh", "-c", f'{moves}; exec "$@"', "rcb-cgroup"]
-
-    def memory_events(self) -> tuple[int, bool]:
-        """(OOM kills of the group's processes, whether the group ever reached its own limit).
-        A kill while the group stayed below its limit came from memory pressure outside it:
-        cgroup v1 counts a kill in the victim's group whichever level ran out. The limit counts
-        as reached when the usage high-water mark is within a page of it (this kernel does not
-        count ``failcnt`` for the sandbox's level) or ``failcnt`` says so."""
-        kills, reached = 0, False
-        for d in self.dirs:
-            ctl = d / "memory.oom_control"
-            if not ctl.exists():
-                continue
-            with contextlib.suppress(OSError, ValueError):
-                for line in ctl.read_text().splitlines():
-                    if line.startswith("oom_kill "):
-                        kills = int(line.split()[1])
-                for prefix in ("memory.", "memory.memsw."):
-                    if not (d / f"{prefix}limit_in_bytes").exists():
-                        continue
-                    limit = int((d / f"{prefix}limit_in_bytes").read_text())
-                    peak = int((d / f"{prefix}max_usage_in_bytes").read_text())
-                    failed = int((d / f"{prefix}failcnt").read_text())
-                    reached = reached or failed > 0 or peak + _PAGE >= limit
-        return kills, reached
-
-    def kill_all(self) -> None:
-        for d in self.dirs:
-            procs = d / "cgroup.procs"
-            if procs.exists():
-                for pid in procs.read_text().split():
-                    with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
-                        os.kill(int(pid), 9)
-
-    def remove(self) -> None:
-        self.kill_all()
-        for d in self.dirs:
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.02)
-
-
-def _with_oom(result: ExecResult, kills_before: int, after: tuple[int, bool]) -> ExecResult:
-    kills, reached = after
-    if kills <= kills_before:
-        return result
-    return result.model_copy(update={"oom_killed" if reached else "host_oom": True})
-
-
 def bwrap_command(
     *,
     binds: Sequence[tuple[str, str]],
@@ -255,6 +142,8 @@ def bwrap_command(
 class BwrapExecutor:
     """One-shot commands under the same profile (used for grading runs)."""
 
+    interpreter: str | None = None
+
     def __init__(self, config: SandboxConfig, scratch: Path) -> None:
         self.config = config
         self.python = str(config.python or settings.task_python())
@@ -275,7 +164,12 @@ class BwrapExecutor:
         if self._identity is not None:
             check_traversable(area.parent)
             chown_tree(area, *self._identity)
-        group = Cgroup(self.config.limits, self.config.cgroup_parent)
+        group = Cgroup(
+            self.config.limits,
+            self.config.cgroup_parent,
+            policy=self.config.cgroup_limits,
+            root=self.config.cgroup_root,
+        )
         try:
             launcher = bwrap_command(
                 binds=[(str(area), str(area))],
@@ -292,7 +186,7 @@ class BwrapExecutor:
                 timeout_s=timeout_s,
                 needles=needles,
             )
-            return _with_oom(result, 0, group.memory_events())
+            return with_oom(result, 0, group.memory_events())
         finally:
             group.remove()
 
@@ -323,7 +217,12 @@ class BwrapSandbox(Sandbox):
     def _launcher(self) -> list[str]:
         if self._group is not None:  # a restarted session gets a fresh, empty group
             self._group.remove()
-        self._group = Cgroup(self.config.limits, self.config.cgroup_parent)
+        self._group = Cgroup(
+            self.config.limits,
+            self.config.cgroup_parent,
+            policy=self.config.cgroup_limits,
+            root=self.config.cgroup_root,
+        )
         venv_bin = str(Path(self.python).parent)
         env = {
             "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
@@ -362,7 +261,7 @@ class BwrapSandbox(Sandbox):
         result = self._session.run(command, timeout_s=timeout_s or self.config.command_timeout_s)
         if self._group is None:
             return result
-        return _with_oom(result, before, self._group.memory_events())
+        return with_oom(result, before, self._group.memory_events())
 
     def executor(self) -> Executor:
         return BwrapExecutor(self.config, self._scratch)
@@ -374,3 +273,30 @@ class BwrapSandbox(Sandbox):
         if self._group is not None:
             self._group.remove()
             self._group = None
+
+
+class BwrapBackend(Backend):
+    """bubblewrap namespaces, cgroup limits; the default where it runs."""
+
+    name = "bwrap"
+    auto = True
+
+    def __init__(self, config: SandboxConfig, scratch: Path) -> None:
+        super().__init__(config, scratch)
+        if config.cgroup_limits != "off":
+            cgroups.check(config.cgroup_limits, config.cgroup_root)
+            cgroups.sweep(parent_name=config.cgroup_parent, root=config.cgroup_root)
+
+    @classmethod
+    def probe(cls) -> str | None:
+        return probe()
+
+    def create(self, template: Path, paper: Paper) -> Sandbox:
+        return BwrapSandbox(template, self.config, self.scratch)
+
+    def grading_executor(self, paper: Paper) -> Executor:
+        return BwrapExecutor(self.config, self.scratch)
+
+    def sandbox_uids(self) -> set[int]:
+        identity = _identity(self.config.user)
+        return {identity[0]} if identity is not None else set()

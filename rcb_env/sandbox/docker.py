@@ -12,19 +12,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rcb_env._common import truncate
 from rcb_env.errors import SandboxError
-from rcb_env.sandbox import scratch as scratch_dirs
+from rcb_env.sandbox.backend import Backend
 from rcb_env.sandbox.base import ExecResult, Executor, Limits, Sandbox, SandboxConfig, chown_tree
 from rcb_env.sandbox.images import LABEL
 from rcb_env.sandbox.session import ShellSession
+from rcb_env.task.models import Paper
+
+if TYPE_CHECKING:
+    from rcb_env.sandbox.docker_pool import Slot
 
 USER = "1000:1000"
 UID = GID = 1000
@@ -140,110 +143,6 @@ def remove_leftovers() -> int:
         return len(_unremoved)
 
 
-class Slot:
-    """A started container with its own host workspace and control folders."""
-
-    def __init__(self, docker: Any, image: str, config: SandboxConfig, scratch: Path) -> None:
-        self.root = scratch_dirs.make("rcb-docker-", scratch)
-        self.workspace = self.root / "workspace"
-        self.control = self.root / "control"
-        self.workspace.mkdir()
-        self.control.mkdir()
-        chown_tree(self.root, UID, GID)
-        self.image = image
-        self.docker = docker
-        with docker_errors(f"starting a container from {image}"):
-            self.container = docker.containers.run(
-                image,
-                ["sleep", "infinity"],
-                volumes={
-                    str(self.workspace): {"bind": "/workspace", "mode": "rw"},
-                    str(self.control): {"bind": "/.rcb", "mode": "rw"},
-                },
-                working_dir="/workspace",
-                **_common(config.limits, "episode"),
-            )
-
-    def running(self) -> bool:
-        try:
-            with docker_errors("checking a container"):
-                self.container.reload()
-        except SandboxError:
-            return False
-        return bool(self.container.status == "running")
-
-    def kill_user_processes(self) -> None:
-        """End everything the agent started (uid 1000); PID 1 (root) keeps the container up."""
-        with contextlib.suppress(SandboxError), docker_errors("killing processes"):
-            self.container.exec_run(["sh", "-c", "kill -9 -1"], user=USER)
-
-    def remove(self) -> None:
-        _remove(self.container)
-        scratch_dirs.discard(self.root)
-
-
-class ContainerPool:
-    """Keeps ``size`` started containers per image so a new episode gets one without waiting
-    for a container start. Refilled in the background."""
-
-    def __init__(self, docker: Any, config: SandboxConfig, scratch: Path, size: int) -> None:
-        self.docker = docker
-        self.config = config
-        self.scratch = scratch
-        self.size = size
-        self._ready: dict[str, queue.SimpleQueue[Slot]] = {}
-        self._lock = threading.Lock()
-        self._closed = False
-        self._threads: list[threading.Thread] = []
-
-    def _queue(self, image: str) -> queue.SimpleQueue[Slot]:
-        with self._lock:
-            return self._ready.setdefault(image, queue.SimpleQueue())
-
-    def warm(self, image: str) -> None:
-        """Start containers for ``image`` until ``size`` are ready (in a background thread)."""
-
-        def fill() -> None:
-            q = self._queue(image)
-            while not self._closed and q.qsize() < self.size:
-                try:
-                    q.put(Slot(self.docker, image, self.config, self.scratch))
-                except SandboxError:
-                    return
-
-        t = threading.Thread(target=fill, daemon=True)
-        t.start()
-        self._threads.append(t)
-
-    def acquire(self, image: str) -> Slot:
-        remove_leftovers()
-        q = self._queue(image)
-        slot: Slot | None = None
-        while slot is None:
-            try:
-                slot = q.get_nowait()
-            except queue.Empty:
-                slot = Slot(self.docker, image, self.config, self.scratch)
-                break
-            if not slot.running():  # e.g. the engine restarted since it was started
-                slot.remove()
-                slot = None
-        if self.size > 0:
-            self.warm(image)
-        return slot
-
-    def close(self) -> None:
-        self._closed = True
-        for t in self._threads:
-            t.join(timeout=60)
-        with self._lock:
-            queues = list(self._ready.values())
-        for q in queues:
-            while not q.empty():
-                q.get_nowait().remove()
-        remove_leftovers()
-
-
 class DockerSandbox(Sandbox):
     backend = "docker"
     workspace_inside = "/workspace"
@@ -309,7 +208,7 @@ class DockerSandbox(Sandbox):
 class DockerExecutor:
     """One-shot commands (grading) in a fresh container from the paper's image."""
 
-    interpreter = INTERPRETER
+    interpreter: str | None = INTERPRETER
 
     def __init__(self, image: str, config: SandboxConfig, docker: Any = None) -> None:
         self.image = image
@@ -414,3 +313,69 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+class DockerBackend(Backend):
+    """A container per episode from the paper's image."""
+
+    name = "docker"
+
+    def __init__(self, config: SandboxConfig, scratch: Path) -> None:
+        from rcb_env.sandbox.docker_pool import ContainerPool
+
+        super().__init__(config, scratch)
+        self._docker = client()
+        self._pool = ContainerPool(self._docker, config, scratch, config.pool_size)
+        self._images: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def probe(cls) -> str | None:
+        return probe()
+
+    @property
+    def engine(self) -> Any:
+        return self._docker
+
+    def image(self, paper: Paper) -> str:
+        """The paper's image tag, which must have been built.
+
+        Raises:
+            SandboxError: it has not been built (with the command that builds it).
+        """
+        from rcb_env.sandbox import images
+
+        with self._lock:
+            if paper.id in self._images:
+                return self._images[paper.id]
+        tag = images.image_tag(paper, images.ImageConfig(base=self.config.docker_base))
+        if not images.image_exists(self._docker, tag):
+            raise SandboxError(
+                f"no image {tag} for paper {paper.id}: run `rcb-env images build"
+                f" --base {self.config.docker_base}` (with the same --pset) first"
+            )
+        with self._lock:
+            self._images[paper.id] = tag  # checked once per factory, not once per episode
+        return tag
+
+    def create(self, template: Path, paper: Paper) -> Sandbox:
+        slot = self._pool.acquire(self.image(paper))
+        return DockerSandbox(template, self.config, self.scratch, slot)
+
+    def grading_executor(self, paper: Paper) -> Executor:
+        return DockerExecutor(self.image(paper), self.config, self._docker)
+
+    def warm(self, papers: Sequence[Paper]) -> None:
+        if self.config.pool_size > 0:
+            for paper in papers:
+                self._pool.warm(self.image(paper))
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def sandbox_uids(self) -> set[int]:
+        return {UID}  # the containers' user, as the host sees it
+
+    def owned_on_host(self) -> set[str]:
+        found = list_containers(self._docker, f"{LABEL_OWNER}={owner_label()}")
+        return {f"container {str(c['Id'])[:12]}" for c in found}

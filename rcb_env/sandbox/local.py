@@ -12,12 +12,16 @@ from pathlib import Path
 
 from rcb_env.errors import SandboxError
 from rcb_env.sandbox._io import kill_group, read_capped
+from rcb_env.sandbox.backend import Backend
 from rcb_env.sandbox.base import ExecResult, Executor, Sandbox, SandboxConfig
 from rcb_env.sandbox.session import ShellSession
+from rcb_env.task.models import Paper
 
 
 class LocalExecutor:
     """Runs commands as plain child processes of this one, in their own session."""
+
+    interpreter: str | None = None
 
     def __init__(self, *, output_limit: int = 20_000, scratch: Path | None = None) -> None:
         self.output_limit = output_limit
@@ -123,3 +127,20 @@ class LocalSandbox(Sandbox):
         if self._session is not None:
             self._session.kill()
             self._session = None
+
+
+class LocalBackend(Backend):
+    """No isolation; only when asked for by name."""
+
+    name = "local"
+    isolating = False
+
+    @classmethod
+    def probe(cls) -> str | None:
+        return None
+
+    def create(self, template: Path, paper: Paper) -> Sandbox:
+        return LocalSandbox(template, self.config, self.scratch)
+
+    def grading_executor(self, paper: Paper) -> Executor:
+        return LocalExecutor(output_limit=self.config.output_limit, scratch=self.scratch)

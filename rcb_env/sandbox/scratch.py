@@ -11,7 +11,16 @@ import time
 from pathlib import Path
 
 OWNER_FILE = ".rcb-owner"
-PREFIXES = ("rcb-bwrap-", "rcb-local-", "rcb-docker-", "rcb-grade-", "rcb-templates-")
+#: Prefixes of rcb-env's scratch folders. Sandbox backends add theirs when they are registered
+#: (:func:`rcb_env.sandbox.backend.register_backend`), so a folder of any backend is swept.
+PREFIXES: set[str] = {"rcb-grade-", "rcb-templates-"}
+
+
+def register_prefix(prefix: str) -> None:
+    """Make :func:`sweep` recognise folders named ``prefix...``."""
+    PREFIXES.add(prefix)
+
+
 TRASH = "rcb-trash-"
 
 
@@ -84,7 +93,7 @@ def sweep(parent: Path, unowned_after_s: float = 3600.0) -> int:
             except OSError:
                 pass
             continue
-        if not entry.name.startswith(PREFIXES) or not entry.is_dir():
+        if not entry.name.startswith(tuple(PREFIXES)) or not entry.is_dir():
             continue
         try:
             owner = (entry / OWNER_FILE).read_text()

@@ -207,9 +207,7 @@ def _sandbox_uids(factory: SandboxFactory) -> set[int]:
     if factory.config.user is not None:
         with contextlib.suppress(KeyError):
             uids.add(pwd.getpwnam(factory.config.user).pw_uid)
-    if factory.backend == "docker":
-        uids.add(1000)  # the containers' user, as the host sees it
-    return uids
+    return uids | factory.impl.sandbox_uids()
 
 
 def host_state(factory: SandboxFactory) -> HostState:
@@ -224,13 +222,7 @@ def host_state(factory: SandboxFactory) -> HostState:
                 processes.add(f"{proc.name} {cmd.strip()[:120]}")
         except OSError:
             continue
-    containers: set[str] = set()
-    docker = factory.engine
-    if docker is not None:
-        from rcb_env.sandbox.docker import LABEL_OWNER, list_containers, owner_label
-
-        found = list_containers(docker, f"{LABEL_OWNER}={owner_label()}")
-        containers = {str(c["Id"])[:12] for c in found}
+    containers = factory.impl.owned_on_host()
     entries: set[str] = set()
     for folder in {
         Path(tempfile.gettempdir()),

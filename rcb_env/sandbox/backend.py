@@ -1,0 +1,172 @@
+"""The sandbox-backend contract and its registry.
+
+A backend is one class: how to tell whether it runs here (:meth:`Backend.probe`), its own
+settings (:attr:`Backend.options_model`, validated from ``SandboxConfig.options``), how it opens
+an episode's :class:`~rcb_env.sandbox.base.Sandbox` and a grading
+:class:`~rcb_env.sandbox.base.Executor`, and what it owns on the host (for leftover checks).
+Registering it (:func:`register_backend`) is the only step: the scratch-folder prefix of its
+sandboxes, the CLI's ``--sandbox`` choices and ``SandboxConfig.backend`` all follow from the
+registry. :mod:`rcb_env.sandbox.conformance` is the suite every backend must pass.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from rcb_env.errors import ConfigError, SandboxError
+from rcb_env.sandbox import scratch as scratch_dirs
+from rcb_env.sandbox.base import Executor, Sandbox, SandboxConfig
+from rcb_env.task.models import Paper
+
+
+class NoOptions(BaseModel):
+    """A backend without settings of its own."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Backend(ABC):
+    """One way of sandboxing episodes. An instance serves one factory (one run)."""
+
+    name: ClassVar[str]
+    """Registry name (``--sandbox NAME``); also the scratch prefix ``rcb-<name>-``."""
+    isolating: ClassVar[bool] = True
+    """False only for a backend that runs commands on the host as is (``local``)."""
+    auto: ClassVar[bool] = False
+    """May ``--sandbox auto`` pick it when it probes fine (bwrap does)."""
+    options_model: ClassVar[type[BaseModel]] = NoOptions
+    """The backend's own settings, validated from ``SandboxConfig.options``."""
+
+    def __init__(self, config: SandboxConfig, scratch: Path) -> None:
+        self.config = config
+        self.scratch = scratch
+        self.options = self.options_model.model_validate(config.options)
+
+    @classmethod
+    @abstractmethod
+    def probe(cls) -> str | None:
+        """Why this backend cannot run on this machine, or None if it can."""
+
+    @abstractmethod
+    def create(self, template: Path, paper: Paper) -> Sandbox:
+        """A sandbox (not yet started) on a copy of ``template`` for one of ``paper``'s
+        snippets.
+
+        Raises:
+            SandboxError: it could not be created.
+        """
+
+    @abstractmethod
+    def grading_executor(self, paper: Paper) -> Executor:
+        """Where ``paper``'s grading runs go: fresh, isolated like the episodes.
+
+        Raises:
+            SandboxError: the paper's environment is missing (e.g. an image not built).
+        """
+
+    def warm(self, papers: Sequence[Paper]) -> None:  # noqa: B027 - optional hook
+        """Prepare ahead of time (e.g. start pooled containers); by default nothing."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what this instance holds (pools, clients); by default nothing."""
+
+    @property
+    def engine(self) -> Any:
+        """A client of the engine behind the backend, if it has one (docker); else None."""
+        return None
+
+    def sandbox_uids(self) -> set[int]:
+        """Host uids that the backend's sandboxed processes run as (leftover checks)."""
+        return set()
+
+    def owned_on_host(self) -> set[str]:
+        """What this process's sandboxes hold on the host right now besides processes and
+        scratch folders (e.g. containers); empty once everything is closed."""
+        return set()
+
+
+#: Built-in backends by name, imported on first use.
+_BUILTIN: dict[str, str] = {
+    "bwrap": "rcb_env.sandbox.bwrap:BwrapBackend",
+    "docker": "rcb_env.sandbox.docker:DockerBackend",
+    "local": "rcb_env.sandbox.local:LocalBackend",
+}
+_registry: dict[str, type[Backend]] = {}
+_lock = threading.Lock()
+B = TypeVar("B", bound=type[Backend])
+
+for _name in _BUILTIN:
+    scratch_dirs.register_prefix(f"rcb-{_name}-")
+
+
+def register_backend(cls: B) -> B:
+    """Class decorator: make a backend available by its ``name``."""
+    if not cls.name or cls.name == "auto" or not cls.name.replace("-", "").isalnum():
+        raise ConfigError(f"invalid backend name {cls.name!r}")
+    with _lock:
+        _registry[cls.name] = cls
+    scratch_dirs.register_prefix(f"rcb-{cls.name}-")
+    return cls
+
+
+def backend_names() -> list[str]:
+    """Every built-in and registered backend."""
+    with _lock:
+        return [*_BUILTIN, *(n for n in _registry if n not in _BUILTIN)]
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The class registered as ``name``.
+
+    Raises:
+        ConfigError: no backend has that name.
+    """
+    with _lock:
+        found = _registry.get(name)
+    if found is not None:
+        return found
+    target = _BUILTIN.get(name)
+    if target is None:
+        raise ConfigError(
+            f"unknown sandbox backend {name!r} (known: auto, {', '.join(backend_names())})"
+        )
+    module, _, attr = target.partition(":")
+    cls: type[Backend] = getattr(importlib.import_module(module), attr)
+    with _lock:
+        _registry.setdefault(name, cls)
+    return cls
+
+
+def resolve_backend(name: str) -> str:
+    """The backend ``name`` stands for, checked to run here. ``auto`` is the first backend that
+    may be picked implicitly and probes fine (bwrap); the unisolated ``local`` never is.
+
+    Raises:
+        SandboxError: the backend does not run here.
+        ConfigError: no backend has that name.
+    """
+    if name != "auto":
+        why = backend_class(name).probe()
+        if why is not None:
+            raise SandboxError(why)
+        return name
+    reasons = []
+    for candidate in backend_names():
+        cls = backend_class(candidate)
+        if not cls.auto:
+            continue
+        why = cls.probe()
+        if why is None:
+            return candidate
+        reasons.append(why)
+    raise SandboxError(
+        f"{'; '.join(reasons) or 'no backend may be chosen automatically'}"
+        " (pass --sandbox local to run WITHOUT isolation)"
+    )
