@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,9 @@ import yaml
 from rcb_env import config
 from rcb_env.grading.grader import Grader, GradingConfig
 from rcb_env.sandbox import SandboxConfig, bwrap
+from rcb_env.sandbox.conformance import live_processes
+
+__all__ = ["live_processes"]
 
 # A tiny paper whose tests need only the standard library.
 MATH_CODE = '''\
@@ -176,20 +178,3 @@ def docker_images() -> str:
 
 
 NUMPY_PAPERS = ("adamw-warmup", "scaled-attention")
-
-
-def live_processes(marker: str, settle_s: float = 5.0) -> list[str]:
-    """Pids of processes whose command line contains ``marker``. Waits up to ``settle_s`` for
-    the list to empty, since a SIGKILLed process can linger for a moment."""
-    deadline = time.monotonic() + settle_s
-    while True:
-        found = []
-        for proc in Path("/proc").iterdir():
-            try:
-                if marker in (proc / "cmdline").read_bytes().decode(errors="replace"):
-                    found.append(proc.name)
-            except OSError:
-                continue
-        if not found or time.monotonic() >= deadline:
-            return found
-        time.sleep(0.05)
