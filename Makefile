@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install check test fmt bench clean
+.PHONY: install check test test-fast fmt bench clean
 
 install:
 	bash scripts/install.sh
@@ -16,6 +16,11 @@ check: install
 # one for the duration of the run (and stops it by its pid).
 test: check
 	bash scripts/with-dockerd.sh $(BIN)/pytest
+
+# The fast tier: pure logic and the in-package fake sandbox, no bubblewrap, Docker or long runs
+# (under a minute; runs on a machine without bwrap).
+test-fast: install
+	$(BIN)/pytest -m "not slow and not bwrap and not docker"
 
 fmt:
 	$(BIN)/ruff format .

@@ -14,6 +14,9 @@ from typing import Any
 import structlog
 
 _ROOT = "rcb_env"
+# A library stays silent until the application configures logging: without a handler of its
+# own, Python's last-resort handler would print rcb-env's warnings on stderr.
+logging.getLogger(_ROOT).addHandler(logging.NullHandler())
 
 
 def get_logger(name: str, **bound: Any) -> structlog.stdlib.BoundLogger:

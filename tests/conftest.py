@@ -120,6 +120,18 @@ def grader(tmp_path: Path) -> Grader:
     return Grader(GradingConfig(python=Path(sys.executable), timeout_s=30), scratch=scratch)
 
 
+#: Fixtures that put a test in a tier: asking for one marks the test (marks per test, from what
+#: it really uses; a test that needs neither runs everywhere, in the fast tier).
+_TIER_FIXTURES = {"require_bwrap": "bwrap", "docker_images": "docker"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture, mark in _TIER_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(getattr(pytest.mark, mark))
+
+
 @pytest.fixture(scope="session")
 def require_bwrap() -> None:
     """bwrap tests skip on a machine without it, but FAIL in CI (which installs it)."""

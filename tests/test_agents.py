@@ -22,7 +22,6 @@ from rcb_env.sandbox import SandboxConfig
 from rcb_env.task import Pset, load
 from tests.conftest import math_files, write_paper, write_pset
 
-pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 PROVIDERS = ["openai:gpt-4.1", "anthropic:claude-sonnet-4-5"]
 GOOD = "    m = mean(xs)\n    return sum((x - m) ** 2 for x in xs) / len(xs)\n"
 
@@ -263,6 +262,7 @@ def test_logprobs_are_recorded_when_the_server_returns_them(pset: Pset, tmp_path
     assert lps == [-0.5, -0.25]
 
 
+@pytest.mark.slow
 def test_concurrency_cap_is_shared_by_all_workers(tmp_path: Path, require_bwrap: None) -> None:
     root = write_pset(
         tmp_path / "pset", [write_paper(tmp_path / "pset", f"p{i}", math_files()) for i in range(2)]

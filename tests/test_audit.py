@@ -11,12 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from rcb_env.cli import cli
+from rcb_env.cli._app import EXIT_CONTROL_MISSED
 from rcb_env.task import load
 from rcb_env.validation import audit as audit_module
 from rcb_env.validation.audit import canary_root, needles
 from tests.conftest import MATH_CODE, math_files, write_paper, write_pset
-
-pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
 LONG = MATH_CODE.replace(
     "    return sum((x - m) ** 2 for x in xs) / len(xs)\n",
@@ -34,6 +33,7 @@ def test_needles_are_distinctive_answer_lines_only(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_a_seeded_leak_is_found_and_hidden_folders_are_not_copied(
     tmp_path: Path, require_bwrap: None
 ) -> None:
@@ -52,6 +52,7 @@ def test_a_seeded_leak_is_found_and_hidden_folders_are_not_copied(
     assert "leak" in result.output
 
 
+@pytest.mark.slow
 def test_bundled_tasks_have_no_leaks_and_the_seeded_canary_is_caught(
     require_bwrap: None,
 ) -> None:
@@ -64,6 +65,7 @@ def test_bundled_tasks_have_no_leaks_and_the_seeded_canary_is_caught(
     )
 
 
+@pytest.mark.slow
 def test_the_canary_alone_is_reported_with_its_path(tmp_path: Path, require_bwrap: None) -> None:
     report = tmp_path / "findings.json"
     result = CliRunner().invoke(cli, ["audit", "--pset", str(canary_root()), "--json", str(report)])
@@ -74,6 +76,7 @@ def test_the_canary_alone_is_reported_with_its_path(tmp_path: Path, require_bwra
     }
 
 
+@pytest.mark.slow
 def test_a_control_that_is_not_caught_fails_the_audit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, require_bwrap: None
 ) -> None:
@@ -83,7 +86,7 @@ def test_a_control_that_is_not_caught_fails_the_audit(
     (blind / "leaky-ema" / "notes" / "ema_notebook_export.py").unlink()
     monkeypatch.setattr(audit_module, "canary_root", lambda: blind)
     result = CliRunner().invoke(cli, ["audit", "--paper", "adamw-warmup"])
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == EXIT_CONTROL_MISSED, result.output
     assert "control failed" in result.output
 
 
@@ -96,6 +99,7 @@ def _git(*args: str, cwd: Path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_answers_in_git_objects_outside_dot_git_are_found_loose_and_packed(
     tmp_path: Path, require_bwrap: None
 ) -> None:

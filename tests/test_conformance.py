@@ -19,9 +19,10 @@ from rcb_env.sandbox import SandboxConfig, SandboxFactory
 from rcb_env.sandbox.conformance import CHECKS, ISOLATION_CHECKS, ConformanceFailure, Context
 from rcb_env.task import Paper, bundled_root, load
 
-pytestmark = pytest.mark.slow
-BACKENDS = ["local", "bwrap", "docker"]
-ISOLATING = ["bwrap", "docker"]
+_BWRAP = pytest.param("bwrap", marks=pytest.mark.bwrap)
+_DOCKER = pytest.param("docker", marks=pytest.mark.docker)
+BACKENDS = ["local", _BWRAP, _DOCKER]
+ISOLATING = [_BWRAP, _DOCKER]
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +54,7 @@ def test_isolation(backend: str, check: str, request: pytest.FixtureRequest, pap
     ISOLATION_CHECKS[check](ctx)
 
 
+@pytest.mark.slow
 def test_the_suite_fails_a_backend_that_breaks_the_contract(paper: Paper) -> None:
     """The checks can fail: a backend that loses shell state, shows a hidden file and ignores
     timeouts is caught by the checks for each."""
@@ -78,9 +80,11 @@ def _edit_and_diff(f: SandboxFactory, paper: Paper) -> tuple[str, list[str]]:
 
 
 def _available(request: pytest.FixtureRequest) -> dict[str, SandboxConfig]:
-    return {name: backend_config(name, request) for name in BACKENDS}
+    return {name: backend_config(name, request) for name in ("local", "bwrap", "docker")}
 
 
+@pytest.mark.bwrap
+@pytest.mark.docker
 def test_patch_extraction_is_identical_across_backends(
     request: pytest.FixtureRequest, paper: Paper
 ) -> None:
@@ -112,6 +116,9 @@ def _normalised(record: Any) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.slow
+@pytest.mark.bwrap
+@pytest.mark.docker
 def test_oracle_and_null_records_are_identical_across_backends(
     request: pytest.FixtureRequest, paper: Paper
 ) -> None:

@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -427,3 +428,24 @@ def test_the_llm_sdks_are_an_extra_not_a_requirement() -> None:
         mine = [r for r in reqs if r.split(">")[0].split("=")[0].strip() == sdk]
         assert mine, f"{sdk} is not declared at all"
         assert all(r.replace('"', "'").endswith("extra == 'agents'") for r in mine), mine
+
+
+def test_check_env_passes_on_the_fake_backend() -> None:
+    """Gymnasium's own checker, in the fast tier (no bubblewrap needed)."""
+    from gymnasium.utils.env_checker import check_env
+
+    from rcb_env.testing import FakeBackend
+
+    register_backend(FakeBackend)
+    python = config.task_python()
+    env = gym.make(
+        "rcb/adamw-warmup.bias_correction-v0",
+        sandbox_config=SandboxConfig(backend="fake", python=python),
+        grading_config=GradingConfig(python=python),
+    )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            check_env(env.unwrapped, skip_render_check=True)
+    finally:
+        env.close()

@@ -18,8 +18,6 @@ from rcb_env.sandbox import SandboxConfig, SandboxFactory, docker, images
 from rcb_env.sandbox.images import LABEL
 from rcb_env.task import bundled_root, load
 
-pytestmark = pytest.mark.slow
-
 
 def _ours(engine: Any) -> list[dict[str, Any]]:
     return docker.list_containers(engine, LABEL)
@@ -88,6 +86,7 @@ def _eval(*args: str) -> list[str]:
     return [sys.executable, "-m", "rcb_env", *args]
 
 
+@pytest.mark.slow
 def test_cli_eval_docker_scores_and_leaves_nothing_even_after_sigkill(
     docker_images: str, tmp_path: Path
 ) -> None:

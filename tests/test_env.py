@@ -17,8 +17,6 @@ from rcb_env import Budgets, EnvConfig, GradingConfig, RcbEnv, SandboxConfig, Sa
 from rcb_env.task import Paper, Snippet, load
 from tests.conftest import math_files, write_paper, write_pset
 
-pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
-
 PAPER_TEX = r"""\section{Background}
 Means are averages.
 \subsection{Notation}
@@ -63,7 +61,7 @@ def _solve(snippet: Snippet) -> dict[str, Any]:
     }
 
 
-def test_bundled_ids_are_registered_and_pass_check_env() -> None:
+def test_bundled_ids_are_registered_and_pass_check_env(require_bwrap: None) -> None:
     ids = [i for i in gym.registry if i.startswith("rcb/")]
     assert len(ids) == len(load(rcb_env.bundled_root()).snippets)
     assert "rcb/adamw-warmup.bias_correction-v0" in ids

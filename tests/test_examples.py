@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
 
 @pytest.mark.parametrize(

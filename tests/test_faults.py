@@ -36,8 +36,6 @@ from rcb_env.tools.actions import RunCommand, ToolSpec
 from tests.conftest import live_processes
 from tests.engine_proxy import EngineProxy, our_containers
 
-pytestmark = pytest.mark.slow
-
 _STARTED: list[dict[str, Any]] = [{"event": "start"}]
 
 
@@ -320,6 +318,7 @@ def _docker_cfg(base: str) -> EvalConfig:
     )
 
 
+@pytest.mark.slow
 def test_an_engine_restart_mid_run_is_infrastructure_then_retried(
     proxy: EngineProxy, docker_images: str, tmp_path: Path
 ) -> None:
@@ -349,6 +348,7 @@ def test_an_engine_restart_mid_run_is_infrastructure_then_retried(
     assert live_processes("docker exec -i", settle_s=5) == []
 
 
+@pytest.mark.slow
 def test_an_engine_that_stays_away_leaves_labelled_exclusions_and_the_run_completes(
     proxy: EngineProxy, docker_images: str, tmp_path: Path
 ) -> None:

@@ -20,8 +20,6 @@ from rcb_env.sandbox.base import ExecResult
 from rcb_env.task import Paper, load
 from tests.conftest import MATH_CODE, MATH_TEST, live_processes, math_files, write_paper, write_pset
 
-pytestmark = pytest.mark.slow
-
 
 def _paper(root: Path, **files: str) -> Paper:
     write_pset(root, [write_paper(root, "maths", math_files() | files)])

@@ -17,8 +17,6 @@ from rcb_env import config
 from rcb_env.grading import FailureKind, Grader, GradingConfig, Outcome
 from rcb_env.task import Paper, bundled_root, load
 
-pytestmark = pytest.mark.slow
-
 FORGE_REPORT = """\
     import json, os, sys
     args = open('/proc/self/cmdline').read().split(chr(0))
@@ -157,6 +155,7 @@ def test_the_copy_attacks_are_real_with_the_source_in_hand(
 
 
 @pytest.mark.bwrap
+@pytest.mark.slow
 def test_the_hacks_command_scores_every_attack_zero_on_bwrap(require_bwrap: None) -> None:
     from click.testing import CliRunner
 
@@ -171,6 +170,7 @@ def test_the_hacks_command_scores_every_attack_zero_on_bwrap(require_bwrap: None
     assert "next episode clean: the reference still passes" in result.output
 
 
+@pytest.mark.slow
 def test_the_hacks_command_scores_every_attack_zero_on_docker(docker_images: str) -> None:
     from click.testing import CliRunner
 

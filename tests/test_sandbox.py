@@ -16,8 +16,6 @@ from rcb_env.sandbox.cgroups import sweep as sweep_cgroups
 from rcb_env.task import Paper, load
 from tests.conftest import live_processes, math_files, write_paper, write_pset
 
-pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
-
 
 @pytest.fixture
 def paper(tmp_path: Path) -> Paper:
@@ -110,6 +108,7 @@ def test_memory_limit_kills_or_refuses(paper: Paper, bwrap_config: SandboxConfig
     f.close()
 
 
+@pytest.mark.slow
 def test_process_limit_stops_fork_bombs(paper: Paper, bwrap_config: SandboxConfig) -> None:
     cfg = bwrap_config.model_copy(update={"limits": Limits(pids=40)})
     f = SandboxFactory(cfg)

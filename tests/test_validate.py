@@ -15,8 +15,6 @@ from rcb_env.task import load
 from rcb_env.validation import Status, validate
 from tests.conftest import MATH_CODE, MATH_TEST, math_files, write_paper, write_pset
 
-pytestmark = pytest.mark.slow
-
 UNTESTED = (
     MATH_CODE
     + """
@@ -51,6 +49,7 @@ def _pset(root: Path) -> Path:
     return write_pset(root, entries)
 
 
+@pytest.mark.slow
 def test_statuses(tmp_path: Path, grader: Grader) -> None:
     pset = load(_pset(tmp_path / "pset"))
     report = validate(pset, grader, jobs=1, repeat=2)

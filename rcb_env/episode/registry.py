@@ -1,4 +1,8 @@
-"""Gymnasium ids for the bundled tasks: ``rcb/<paper>.<snippet>-v0`` (slugged)."""
+"""Gymnasium ids for the bundled tasks: ``rcb/<paper>.<snippet>-v0`` (slugged).
+
+``import rcb_env`` registers the id strings only: they come from a scan of ``papers.yaml`` and
+the markers' names, without loading or masking anything. ``gym.make`` loads the tasks (once).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,14 @@ import functools
 from typing import Any
 
 import gymnasium as gym
+import yaml
 
 from rcb_env.episode.env import EnvConfig, RcbEnv
 from rcb_env.episode.wrappers import Budgets
 from rcb_env.errors import TaskLoadError
+from rcb_env.task import annotations as ann
 from rcb_env.task import bundled_root, load
+from rcb_env.task.loader import PAPERS_YAML, _unique_slugs, slugify
 from rcb_env.task.models import Pset
 
 NAMESPACE = "rcb"
@@ -42,22 +49,48 @@ def make_bundled(
     return Budgets(env, max_steps=max_steps, max_wall_s=max_wall_s, max_tokens=max_tokens)
 
 
-def register_bundled() -> list[str]:
-    """Register every bundled snippet (idempotent). Returns the ids."""
+def scan_bundled() -> list[tuple[str, str, str, str]]:
+    """(paper id, paper slug, snippet name, snippet slug) of every bundled snippet, from
+    ``papers.yaml`` and the marker names alone (nothing is loaded or masked). Papers whose
+    files cannot be read are left out (``rcb-env validate`` reports them)."""
     try:
-        pset = _bundled()
-    except TaskLoadError:
+        root = bundled_root()
+        entries = yaml.safe_load((root / PAPERS_YAML).read_text())
+    except (TaskLoadError, OSError, yaml.YAMLError):
         return []
+    if not isinstance(entries, list):
+        return []
+    found: list[tuple[str, str, str, str]] = []
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+            continue
+        paths = entry.get("annotated_file_paths") or []
+        names: list[str] = []
+        for rel in [paths] if isinstance(paths, str) else paths:
+            try:
+                text = (root / entry["id"] / str(rel)).read_text(encoding="utf-8")
+            except OSError:
+                continue
+            for line in ann.split_lines(text):
+                m = ann.START_RE.match(line.rstrip("\r\n"))
+                if m:
+                    names.append(m.group(1))
+        slugs = _unique_slugs(names)
+        found.extend((entry["id"], slugify(entry["id"]), n, slugs[n]) for n in names)
+    return found
+
+
+def register_bundled() -> list[str]:
+    """Register every bundled snippet's id (idempotent). Returns the ids."""
     ids = []
-    for paper in pset.papers:
-        for s in paper.snippets:
-            eid = env_id(paper.slug, s.slug)
-            ids.append(eid)
-            if eid not in gym.registry:
-                gym.register(
-                    id=eid,
-                    entry_point="rcb_env.episode.registry:make_bundled",
-                    kwargs={"paper_id": paper.id, "snippet_name": s.name},
-                    disable_env_checker=False,
-                )
+    for paper_id, paper_slug, name, slug in scan_bundled():
+        eid = env_id(paper_slug, slug)
+        ids.append(eid)
+        if eid not in gym.registry:
+            gym.register(
+                id=eid,
+                entry_point="rcb_env.episode.registry:make_bundled",
+                kwargs={"paper_id": paper_id, "snippet_name": name},
+                disable_env_checker=False,
+            )
     return ids

@@ -1,0 +1,21 @@
+"""Command line: one module per command; they parse arguments, build objects and call library
+functions (no logic lives here). Renderers live beside the results they render."""
+
+from __future__ import annotations
+
+import sys
+
+from rcb_env.cli import audit, conformance, eval, hacks, images, results, tasks, validate
+from rcb_env.cli._app import EXIT_ERROR, cli, err
+from rcb_env.errors import RcbError
+
+__all__ = ["cli", "main"]
+_COMMANDS = (audit, conformance, eval, hacks, images, results, tasks, validate)  # registered
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=True)
+    except RcbError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_ERROR)

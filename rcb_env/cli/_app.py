@@ -1,0 +1,129 @@
+"""What every command shares: the group, the consoles, the common options and helpers, and the
+exit codes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rcb_env import logs
+from rcb_env.sandbox import BackendName, SandboxConfig, backend_names
+from rcb_env.task import loader
+from rcb_env.task.models import Pset
+from rcb_env.task.selection import select_snippets
+
+#: Exit codes of every command (documented in the README).
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+"""The command ran and found a problem in what it checked (a paper that does not load, a
+reference that fails, a leak, an attack that passed)."""
+EXIT_USAGE = 2
+"""The command line is wrong (click's own code)."""
+EXIT_UNSCORED = 3
+"""eval: some episodes could not be scored (infrastructure); resume the run later."""
+EXIT_ERROR = 4
+"""rcb-env could not do the job at all (an :class:`~rcb_env.errors.RcbError`: bad settings,
+malformed tasks, no sandbox)."""
+EXIT_CONTROL_MISSED = 5
+"""audit: the positive control's seeded leak was not found, so a clean audit proves nothing."""
+
+
+@click.group()
+@click.option("--log-json", is_flag=True, help="Structured logs on stderr as JSON lines.")
+@click.option("--log-level", default="warning", show_default=True)
+def cli(log_json: bool, log_level: str) -> None:
+    """rcb-env: ResearchCodeBench-style snippets as environment episodes."""
+    logs.configure(json=log_json, level=log_level)
+
+
+# Piped output (CI logs, files) gets wide tables instead of Rich's 80-column default.
+out = Console()
+err = Console(stderr=True)
+for _console in (out, err):
+    if not _console.is_terminal and "COLUMNS" not in os.environ:
+        _console.width = 140
+
+
+def _load(pset: Path | None, papers: tuple[str, ...], snippets: tuple[str, ...] = ()) -> Pset:
+    root = pset if pset is not None else loader.bundled_root()
+    loaded = loader.load(root, papers=set(papers) if papers else None)
+    try:
+        return select_snippets(loaded, snippets)
+    except KeyError as exc:
+        raise click.UsageError(str(exc.args[0])) from None
+
+
+def _shown(path: Path | str) -> str:
+    """A path as the user would type it: relative to the working folder when inside it."""
+    path = Path(path)
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _sandbox_config(
+    backend: BackendName, base: str | None, pool: int = 0, cgroup_limits: str | None = None
+) -> SandboxConfig:
+    """The --sandbox/--base/--pool/--cgroup-limits options as a config (only given ones
+    override the defaults)."""
+    cfg = SandboxConfig(backend=backend, pool_size=pool)
+    if base is not None:
+        cfg = cfg.model_copy(update={"docker_base": base})
+    if cgroup_limits is not None:
+        cfg = SandboxConfig.model_validate({**cfg.model_dump(), "cgroup_limits": cgroup_limits})
+    return cfg
+
+
+def _progress(label: str) -> Progress:
+    """A transient progress bar on stderr: label, bar, n/total, elapsed, current item."""
+    return Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=err,
+        transient=True,
+    )
+
+
+def _print_failures(p: Pset) -> None:
+    for f in p.failures:
+        err.print(
+            f"[red]load error[/red] paper {f.paper}: {f.message}", highlight=False, soft_wrap=True
+        )
+
+
+pset_option = click.option(
+    "--pset",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A pset root (papers.yaml + paper folders) or one paper folder. Default: bundled tasks.",
+)
+paper_option = click.option(
+    "--paper", "papers", multiple=True, help="Only this paper (repeatable)."
+)
+snippet_option = click.option(
+    "--snippet", "snippets", multiple=True, help="Only this snippet: <paper>/<name> or <name>."
+)
+sandbox_option = click.option(
+    "--sandbox",
+    type=click.Choice(["auto", *backend_names()]),
+    default="auto",
+    show_default=True,
+    help="auto = bwrap when it really runs here; docker needs `rcb-env images build`; "
+    "local has NO isolation.",
+)
+base_option = click.option("--base", help="docker: base image the paper images were built from.")
+
+
+cgroup_option = click.option(
+    "--cgroup-limits",
+    type=click.Choice(["required", "best-effort", "off"]),
+    help="bwrap: refuse to run without memory and pids limits (required, the default), set "
+    "what the host allows (best-effort), or rely on rlimits alone (off).",
+)

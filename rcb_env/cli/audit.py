@@ -1,0 +1,95 @@
+"""rcb-env audit: search everything an agent can read for the answers."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from rcb_env.cli._app import (
+    EXIT_CONTROL_MISSED,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    _load,
+    _print_failures,
+    _progress,
+    _sandbox_config,
+    base_option,
+    cgroup_option,
+    cli,
+    out,
+    paper_option,
+    pset_option,
+    sandbox_option,
+)
+from rcb_env.sandbox import BackendName, SandboxFactory
+
+
+@cli.command(name="audit")
+@pset_option
+@paper_option
+@sandbox_option
+@base_option
+@cgroup_option
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--control/--no-control",
+    default=None,
+    help="Also audit the bundled canary task, whose seeded leak must be found (default: on "
+    "for the bundled tasks).",
+)
+def audit_cmd(
+    pset: Path | None,
+    papers: tuple[str, ...],
+    sandbox: BackendName,
+    cgroup_limits: str | None,
+    base: str | None,
+    json_path: Path | None,
+    control: bool | None,
+) -> None:
+    """Search everything an agent can read for each snippet's answer.
+
+    Exit 1 on any finding; exit 5 if the control's seeded leak was not found (then a clean
+    result proves nothing on this backend).
+    """
+    from rcb_env.validation import audit as leak_audit
+
+    loaded = _load(pset, papers)
+    _print_failures(loaded)
+    factory = SandboxFactory(_sandbox_config(sandbox, base, cgroup_limits=cgroup_limits))
+    controlled: list[leak_audit.Finding] | None = None
+    try:
+        with _progress("auditing") as progress:
+            bar = progress.add_task("", total=len(loaded.snippets))
+            findings = leak_audit.audit(
+                loaded,
+                factory,
+                on_done=lambda sid: progress.update(bar, advance=1, description=sid),
+            )
+        if control if control is not None else pset is None:
+            controlled = leak_audit.control(factory)
+    finally:
+        factory.close()
+    for f in findings:
+        out.print(
+            f"[red]leak[/red] {f.snippet_id}: {f.path}: {f.line}", highlight=False, soft_wrap=True
+        )
+    out.print(f"{len(findings)} findings over {len(loaded.snippets)} snippets", highlight=False)
+    if json_path is not None:
+        json_path.write_text(leak_audit.findings_json(findings))
+    if controlled is not None:
+        caught = [f for f in controlled if f.path == leak_audit.CANARY_LEAK]
+        if not caught:
+            out.print(
+                f"[red]control failed[/red]: the seeded leak in {leak_audit.CANARY_PSET} "
+                f"({leak_audit.CANARY_LEAK}) was not found, so a clean result proves nothing here",
+                highlight=False,
+            )
+            sys.exit(EXIT_CONTROL_MISSED)
+        out.print(
+            f"control: the seeded leak in {leak_audit.CANARY_PSET} was found "
+            f"({len(caught)} answer lines in {leak_audit.CANARY_LEAK})",
+            highlight=False,
+        )
+    sys.exit(EXIT_FINDINGS if findings else EXIT_OK)

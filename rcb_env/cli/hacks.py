@@ -1,0 +1,78 @@
+"""rcb-env hacks: the reward-hack suite on a backend."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.table import Table
+
+from rcb_env.cli._app import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    _sandbox_config,
+    base_option,
+    cgroup_option,
+    cli,
+    out,
+    sandbox_option,
+)
+from rcb_env.grading.grader import Grader, GradingConfig
+from rcb_env.sandbox import BackendName, SandboxFactory
+from rcb_env.task import loader
+
+
+@cli.command(name="hacks")
+@sandbox_option
+@base_option
+@cgroup_option
+@click.option("--timeout", type=float, default=20.0, show_default=True)
+def hacks_cmd(
+    sandbox: BackendName, base: str | None, cgroup_limits: str | None, timeout: float
+) -> None:
+    """Grade the reward-hack suite on this backend: every attack must score 0, the host must be
+    unchanged and the reference must still pass afterwards (exit 1 if not)."""
+    from rcb_env.validation.hacks import TARGET, host_state, leftovers, run_hacks
+
+    paper = loader.load(loader.bundled_root()).paper(TARGET[0])
+    snippet = paper.snippet(TARGET[1])
+    factory = SandboxFactory(_sandbox_config(sandbox, base, cgroup_limits=cgroup_limits))
+    try:
+        grader = Grader(GradingConfig(timeout_s=timeout), executor=factory.grading_executor(paper))
+        before = host_state(factory)
+        results = run_hacks(paper, snippet, grader)
+        left = leftovers(before, factory)
+        # the next episode is clean: the honest answer still passes, in a fresh sandbox
+        after = grader.grade(paper, snippet, snippet.reference_body)
+    finally:
+        factory.close()
+    table = Table(title=f"Reward hacks on {factory.backend}: {TARGET[0]}/{TARGET[1]}")
+    for col in ("attack", "official rule", "rcb-env", "why"):
+        table.add_column(col)
+    for r in results:
+        table.add_row(
+            r.attack,
+            "[red]pass[/red]" if r.official_pass else "fail",
+            "[red]PASS[/red]" if r.passed else ("[red]excluded[/red]" if r.excluded else "0"),
+            r.detail if r.detail.startswith(r.kind) else f"{r.kind}: {r.detail}",
+        )
+    out.print(table)
+    beaten = [r.attack for r in results if r.passed or r.excluded]
+    out.print(
+        f"{len(results) - len(beaten)} of {len(results)} attacks scored 0 "
+        "(neither passed nor excluded as infrastructure)",
+        highlight=False,
+    )
+    for problem in left:
+        out.print(f"[red]host changed[/red]: {problem}", highlight=False, soft_wrap=True)
+    if not left:
+        out.print(
+            "host unchanged: no process of the sandbox user, no container, no new file in the "
+            "shared temporary folders or the scratch folder",
+            highlight=False,
+        )
+    if after.passed:
+        out.print("next episode clean: the reference still passes", highlight=False)
+    else:
+        out.print(f"[red]next episode broken[/red]: {after.detail}", highlight=False)
+    sys.exit(EXIT_FINDINGS if beaten or left or not after.passed else EXIT_OK)

@@ -1,0 +1,83 @@
+"""rcb-env tasks: list papers and snippets."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import get_args
+
+import click
+
+from rcb_env.cli._app import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    _load,
+    _print_failures,
+    _shown,
+    cli,
+    out,
+    paper_option,
+    pset_option,
+)
+from rcb_env.task.models import DateField
+from rcb_env.task.render import snippet_tree, tasks_table
+from rcb_env.task.selection import select_papers
+
+
+@cli.command()
+@pset_option
+@paper_option
+@click.option(
+    "--after", type=click.DateTime(["%Y-%m-%d"]), help="Keep papers dated after this day."
+)
+@click.option(
+    "--before", type=click.DateTime(["%Y-%m-%d"]), help="Keep papers dated before this day."
+)
+@click.option(
+    "--date-field",
+    type=click.Choice(get_args(DateField)),
+    default="first_commit_date",
+    show_default=True,
+    help="Which papers.yaml date --after/--before compare (the official harness uses "
+    "first_commit_date for contamination).",
+)
+@click.option("--tree", is_flag=True, help="Show every snippet with its nesting and weight.")
+@click.option("--json", "as_json", is_flag=True, help="Print the loaded specs as JSON.")
+def tasks(
+    pset: Path | None,
+    papers: tuple[str, ...],
+    after: dt.datetime | None,
+    before: dt.datetime | None,
+    date_field: DateField,
+    tree: bool,
+    as_json: bool,
+) -> None:
+    """List papers and snippets: counts, weights, nesting."""
+    loaded = select_papers(
+        _load(pset, papers),
+        after=after.date() if after else None,
+        before=before.date() if before else None,
+        field=date_field,
+    )
+    if as_json:
+        out.print_json(
+            json.dumps(
+                {
+                    "root": str(loaded.root),
+                    "papers": [
+                        p.model_dump(mode="json", exclude={"annotated_files"})
+                        for p in loaded.papers
+                    ],
+                    "failures": [f.model_dump(mode="json") for f in loaded.failures],
+                }
+            )
+        )
+    else:
+        out.print(tasks_table(loaded, _shown(loaded.root)))
+        if tree:
+            for p in loaded.papers:
+                out.print(snippet_tree(p))
+    _print_failures(loaded)
+    sys.exit(EXIT_FINDINGS if loaded.failures else EXIT_OK)

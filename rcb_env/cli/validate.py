@@ -1,0 +1,62 @@
+"""rcb-env validate: every reference passes, masked and `pass` versions fail."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from rcb_env.cli._app import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    _load,
+    _print_failures,
+    _progress,
+    _shown,
+    cli,
+    out,
+    paper_option,
+    pset_option,
+)
+from rcb_env.grading.grader import Grader, GradingConfig
+from rcb_env.validation.render import print_validation
+from rcb_env.validation.validate import planned_runs, validate
+
+
+@cli.command(name="validate")
+@pset_option
+@paper_option
+@click.option("--jobs", default=1, show_default=True, help="Gradings in parallel.")
+@click.option("--repeat", default=1, show_default=True, help="Runs of each reference (flakiness).")
+@click.option(
+    "--timeout", type=float, help="Seconds per test run (default 300; overlays may raise)."
+)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path))
+def validate_cmd(
+    pset: Path | None,
+    papers: tuple[str, ...],
+    jobs: int,
+    repeat: int,
+    timeout: float | None,
+    json_path: Path | None,
+) -> None:
+    """Check every snippet: reference passes; masked and `pass` versions fail."""
+    loaded = _load(pset, papers)
+    _print_failures(loaded)
+    cfg = GradingConfig() if timeout is None else GradingConfig(timeout_s=timeout)
+    grader = Grader(cfg)
+    with _progress("validating") as progress:
+        bar = progress.add_task("", total=planned_runs(loaded, repeat))
+        report = validate(
+            loaded,
+            grader,
+            jobs=jobs,
+            repeat=repeat,
+            on_done=lambda label: progress.update(bar, advance=1, description=label),
+        )
+    print_validation(out, report, _shown(report.root))
+    if json_path is not None:
+        json_path.write_text(report.model_dump_json(indent=2))
+        out.print(f"report written to {json_path}")
+    sys.exit(EXIT_OK if report.ok else EXIT_FINDINGS)

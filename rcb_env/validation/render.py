@@ -1,0 +1,60 @@
+"""Terminal renderings of validation reports."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from rcb_env.validation.validate import Status, ValidationReport
+
+
+def print_validation(out: Console, report: ValidationReport, root_label: str) -> None:
+    """The validation table, then each failing reference and weak snippet."""
+    table = Table(title=f"Validation of {root_label} (reference x{report.repeat})")
+    table.add_column("paper", no_wrap=True)
+    for col in ("snippets", "weight", *[s.value for s in Status], "reference", "seconds"):
+        table.add_column(col, justify="right")
+    for p in report.papers:
+        counts = {s: 0 for s in Status}
+        for s in p.snippet_reports:
+            counts[s.status] += 1
+        ref_passes = sum(r.outcome == "passed" for r in p.reference)
+        table.add_row(
+            p.id,
+            str(p.snippets),
+            str(p.weight),
+            *[str(counts[s]) for s in Status],
+            f"{ref_passes}/{len(p.reference)}",
+            f"{p.duration_s:.1f}",
+        )
+    for f in report.load_failures:
+        table.add_row(f"[red]{f.paper}[/red]", "load error", *[""] * (len(Status) + 3))
+    total = report.counts()
+    table.add_section()
+    table.add_row(
+        "total",
+        str(sum(p.snippets for p in report.papers)),
+        str(sum(p.weight for p in report.papers)),
+        *[str(total[s]) for s in Status],
+        "",
+        "",
+    )
+    out.print(table)
+    for p in report.papers:
+        if p.reference and not all(r.outcome == "passed" for r in p.reference):
+            bad = next(r for r in p.reference if r.outcome != "passed")
+            out.print(
+                f"[red]{p.id}[/red] reference {bad.outcome}: {bad.detail}",
+                highlight=False,
+                soft_wrap=True,
+            )
+            if p.known_issue:
+                out.print(f"  known issue: {p.known_issue}", highlight=False, soft_wrap=True)
+        for s in p.snippet_reports:
+            if s.status is Status.WEAK:
+                which = "masked" if s.masked.outcome == "passed" else "pass-mutant"
+                out.print(
+                    f"[yellow]weak[/yellow] {s.id}: the {which} version passes", highlight=False
+                )
+    for f in report.load_failures:
+        out.print(f"[red]load error[/red] {f.paper}: {f.message}", highlight=False, soft_wrap=True)
