@@ -1,19 +1,52 @@
-"""The one module that reads environment variables. Everything else receives settings objects."""
+"""The one module that reads environment variables. Everything else receives settings objects.
+
+Variables (all optional):
+
+- ``RCB_ENV_HOME``: rcb-env's machine-wide folder (task interpreter, caches); default
+  ``/opt/rcb-env``.
+- ``RCB_TASK_PYTHON``: the interpreter that runs the tasks' test files (overrides the task venv).
+- ``RCB_SCRATCH_DIR``: where workspaces and grading copies are made (default: ``/dev/shm``).
+- ``RCB_DOCKER_BASE``: the base image of the per-paper Docker images.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
 #: Where the installer puts the task interpreter (a venv outside any home folder, so that an
-#: unprivileged sandbox user can read it). Override with ``RCB_ENV_HOME``.
+#: unprivileged sandbox user can read it).
 DEFAULT_HOME = Path("/opt/rcb-env")
+DEFAULT_DOCKER_BASE = "python:3.11-slim"
+
+
+class Settings(BaseSettings):
+    """rcb-env's settings from the environment (read afresh by each accessor below, so a change
+    of a variable takes effect at once)."""
+
+    model_config = SettingsConfigDict(env_prefix="RCB_", extra="ignore", frozen=True)
+
+    env_home: Path = DEFAULT_HOME
+    """``RCB_ENV_HOME``."""
+    task_python: Path | None = None
+    """``RCB_TASK_PYTHON``."""
+    scratch_dir: Path | None = None
+    """``RCB_SCRATCH_DIR``."""
+    docker_base: str = DEFAULT_DOCKER_BASE
+    """``RCB_DOCKER_BASE``."""
+
+
+def settings() -> Settings:
+    return Settings()
 
 
 def rcb_home() -> Path:
     """Root of rcb-env's machine-wide installation (task venv, sandbox user state)."""
-    return Path(os.environ.get("RCB_ENV_HOME", str(DEFAULT_HOME)))
+    return settings().env_home
 
 
 def task_python() -> Path:
@@ -21,10 +54,10 @@ def task_python() -> Path:
 
     ``RCB_TASK_PYTHON`` wins; else the installer's task venv; else the current interpreter.
     """
-    explicit = os.environ.get("RCB_TASK_PYTHON")
-    if explicit:
-        return Path(explicit)
-    venv_python = rcb_home() / "task-venv" / "bin" / "python"
+    current = settings()
+    if current.task_python is not None and str(current.task_python):
+        return current.task_python
+    venv_python = current.env_home / "task-venv" / "bin" / "python"
     if venv_python.exists():
         return venv_python
     return Path(sys.executable)
@@ -33,12 +66,15 @@ def task_python() -> Path:
 def scratch_dir() -> Path:
     """Parent folder for per-grading copies: tmpfs when the machine has it (copies on the main
     disk are slow to make and slower to delete under load)."""
-    explicit = os.environ.get("RCB_SCRATCH_DIR")
-    if explicit:
-        return Path(explicit)
+    explicit = settings().scratch_dir
+    if explicit is not None and str(explicit):
+        return explicit
     shm = Path("/dev/shm")
     if shm.is_dir() and os.access(shm, os.W_OK):
         return shm
-    import tempfile
-
     return Path(tempfile.gettempdir())
+
+
+def docker_base() -> str:
+    """The base image of the per-paper images (``RCB_DOCKER_BASE`` or ``python:3.11-slim``)."""
+    return settings().docker_base

@@ -278,3 +278,13 @@ def test_an_unbuildable_yaml_value_is_a_metadata_error_with_its_line(tmp_path: P
         load(tmp_path)
     assert info.value.line == 3
     assert "month must be in 1..12" in str(info.value)
+
+
+def test_hidden_patterns_follow_gitignore_rules() -> None:
+    patterns = ("data/*.bin", "**/answers.npy", "secret", "/top_only.py")
+    assert is_hidden("data/x.bin", patterns)
+    assert not is_hidden("data/sub/x.bin", patterns)  # `*` stays within one folder
+    assert is_hidden("a/b/answers.npy", patterns)
+    assert is_hidden("deep/secret/inner.py", patterns)  # a hidden folder hides its contents
+    assert is_hidden("top_only.py", patterns)
+    assert not is_hidden("pkg/top_only.py", patterns)  # a leading / anchors at the paper folder

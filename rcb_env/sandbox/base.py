@@ -13,8 +13,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rcb_env import config as settings
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox import workspace as ws
 
@@ -112,7 +113,7 @@ class SandboxConfig(BaseModel):
     """Unprivileged user the sandboxed processes run as, when rcb-env runs as root."""
     python: Path | None = None
     """Task interpreter (bound read-only in the sandbox); default: the configured task python."""
-    docker_base: str = os.environ.get("RCB_DOCKER_BASE", "python:3.11-slim")
+    docker_base: str = Field(default_factory=settings.docker_base)
     """docker: the base the paper images were built from (part of their tag)."""
     pool_size: int = 0
     """docker: started containers kept ready per image, so an episode does not wait for one."""

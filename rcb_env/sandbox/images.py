@@ -12,15 +12,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from rcb_env import config as settings
 from rcb_env.errors import SandboxError
 from rcb_env.task.models import Paper
 
 LABEL = "org.rcb-env.managed"
 LABEL_PAPER = "org.rcb-env.paper"
 REPOSITORY = "rcb-env/paper"
-DEFAULT_BASE = "python:3.11-slim"
+DEFAULT_BASE = settings.DEFAULT_DOCKER_BASE
 
 
 def sandbox_root() -> Path:
@@ -35,7 +36,7 @@ def sandbox_root() -> Path:
 class ImageConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    base: str = os.environ.get("RCB_DOCKER_BASE", DEFAULT_BASE)
+    base: str = Field(default_factory=settings.docker_base)
     """Base image with python3 (and venv). Default python:3.11-slim, or $RCB_DOCKER_BASE."""
     wheels: Path | None = None
     """Build offline from wheels in this folder (downloaded into it on the host first) with

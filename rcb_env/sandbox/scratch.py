@@ -10,6 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 OWNER_FILE = ".rcb-owner"
 #: Prefixes of rcb-env's scratch folders. Sandbox backends add theirs when they are registered
 #: (:func:`rcb_env.sandbox.backend.register_backend`), so a folder of any backend is swept.
@@ -25,12 +27,11 @@ TRASH = "rcb-trash-"
 
 
 def _start_ticks(pid: int) -> str | None:
+    """The process's start time (an identity together with the pid), or None if it is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return f"{psutil.Process(pid).create_time():.2f}"
+    except psutil.Error:
         return None
-    # Field 22 (starttime), counted after the parenthesised command name.
-    return stat.rsplit(")", 1)[1].split()[19]
 
 
 def _me() -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-import fnmatch
+import functools
 import hashlib
 import os
 import re
@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import pathspec
 import yaml
 from pydantic import ValidationError
 
@@ -42,17 +43,16 @@ def slugify(text: str) -> str:
 
 
 def is_hidden(rel_path: str, patterns: tuple[str, ...]) -> bool:
-    """True if the path, or any folder above it, matches a hidden pattern."""
-    parts = PurePosixPath(rel_path).parts
-    for i in range(1, len(parts) + 1):
-        prefix = "/".join(parts[:i])
-        name = parts[i - 1]
-        for pat in patterns:
-            if fnmatch.fnmatchcase(prefix, pat) or (
-                "/" not in pat and fnmatch.fnmatchcase(name, pat)
-            ):
-                return True
-    return False
+    """True if the path, or any folder above it, matches a hidden pattern. Patterns follow
+    ``.gitignore`` rules (pathspec): a pattern without ``/`` matches a name at any depth, one
+    with ``/`` is anchored at the paper folder, ``*`` stays within one folder, ``**`` crosses
+    folders, and a matched folder hides everything under it."""
+    return _spec(patterns).match_file(rel_path)
+
+
+@functools.lru_cache(maxsize=256)
+def _spec(patterns: tuple[str, ...]) -> pathspec.GitIgnoreSpec:
+    return pathspec.GitIgnoreSpec.from_lines(patterns)
 
 
 def walk_files(root: Path) -> Iterator[str]:

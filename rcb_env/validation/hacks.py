@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 from pydantic import BaseModel, ConfigDict
 
 from rcb_env.grading.grader import Grader
@@ -213,15 +214,11 @@ def _sandbox_uids(factory: SandboxFactory) -> set[int]:
 def host_state(factory: SandboxFactory) -> HostState:
     uids = _sandbox_uids(factory)
     processes: set[str] = set()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if proc.stat().st_uid in uids:
-                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                processes.add(f"{proc.name} {cmd.strip()[:120]}")
-        except OSError:
-            continue
+    for proc in psutil.process_iter(["uids", "cmdline"]):
+        uids_of = proc.info.get("uids")
+        if uids_of is not None and {uids_of.real, uids_of.effective} & uids:
+            cmd = " ".join(proc.info.get("cmdline") or [])
+            processes.add(f"{proc.pid} {cmd.strip()[:120]}")
     containers = factory.impl.owned_on_host()
     entries: set[str] = set()
     for folder in {
