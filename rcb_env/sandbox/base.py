@@ -160,6 +160,14 @@ class Sandbox(ABC):
     backend: str = "abstract"
     #: Where the workspace appears to commands run in the sandbox.
     workspace_inside: str = "/workspace"
+    #: Where the control folder (:attr:`control`, for rcb-env's own files such as the shell
+    #: protocol's and the audit scanner) appears to commands; None: at its host path.
+    control_mount: str | None = None
+
+    @property
+    def control_inside(self) -> str:
+        """The control folder as commands in the sandbox see it."""
+        return self.control_mount or str(self.control)
 
     def __init__(
         self, template: Path, config: SandboxConfig, scratch: Path, *, root: Path | None = None

@@ -194,7 +194,7 @@ class BwrapExecutor:
 class BwrapSandbox(Sandbox):
     backend = "bwrap"
     workspace_inside = "/workspace"
-    _control_inside = "/.rcb"
+    control_mount = "/.rcb"
 
     def __init__(self, template: Path, config: SandboxConfig, scratch: Path) -> None:
         reason = probe()
@@ -236,7 +236,7 @@ class BwrapSandbox(Sandbox):
             *bwrap_command(
                 binds=[
                     (str(self.workspace), self.workspace_inside),
-                    (str(self.control), self._control_inside),
+                    (str(self.control), self.control_inside),
                 ],
                 ro_binds=_python_prefixes(self.python),
                 cwd=self.workspace_inside,
@@ -253,7 +253,7 @@ class BwrapSandbox(Sandbox):
             self._session = ShellSession(
                 self._launcher,
                 control_host=self.control,
-                control_inside=self._control_inside,
+                control_inside=self.control_inside,
                 output_limit=self.config.output_limit,
                 launcher_outside=True,
             )

@@ -145,6 +145,7 @@ def remove_leftovers() -> int:
 
 class DockerSandbox(Sandbox):
     backend = "docker"
+    control_mount = "/.rcb"
     workspace_inside = "/workspace"
 
     def __init__(self, template: Path, config: SandboxConfig, scratch: Path, slot: Slot) -> None:
@@ -170,7 +171,7 @@ class DockerSandbox(Sandbox):
             self._session = ShellSession(
                 lambda: ["docker", "exec", "-i", "-u", USER, "-w", "/workspace", cid],
                 control_host=self.control,
-                control_inside="/.rcb",
+                control_inside=self.control_inside,
                 output_limit=self.config.output_limit,
                 on_kill=self.slot.kill_user_processes,
                 launcher_outside=True,

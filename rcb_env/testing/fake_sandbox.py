@@ -59,7 +59,7 @@ class FakeSandbox(Sandbox):
             self._session = ShellSession(
                 lambda: ["env", "-C", str(self.workspace)],
                 control_host=self.control,
-                control_inside=str(self.control),
+                control_inside=self.control_inside,
                 output_limit=self.config.output_limit,
             )
         return self._session.run(command, timeout_s=timeout_s or self.config.command_timeout_s)

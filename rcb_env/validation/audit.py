@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,117 +25,7 @@ from rcb_env.task.models import Paper, Pset, Snippet
 #: Shorter lines (``return x``) are too common to mean anything.
 MIN_CHARS = 24
 
-_SCANNER = r"""
-import hashlib, os, re, sys, zlib
-wanted = set(open(sys.argv[1]).read().split())
-roots = sys.argv[2:]
-seen = set()
-LOOSE = re.compile(r"/objects/[0-9a-f]{2}/[0-9a-f]{38}$")
-def norm(s): return " ".join(s.split())
-def check(text, where):
-    for line in text.splitlines():
-        n = norm(line)
-        if len(n) >= MIN_CHARS:
-            h = hashlib.sha256(n.encode()).hexdigest()[:32]
-            if h in wanted and (where, h) not in seen:
-                seen.add((where, h)); print(where + "\t" + h)
-def apply_delta(base, delta, inserts_only=False):
-    pos = 0
-    def varint():
-        nonlocal pos
-        value = shift = 0
-        while True:
-            c = delta[pos]; pos += 1
-            value |= (c & 0x7F) << shift; shift += 7
-            if not c & 0x80:
-                return value
-    varint(); varint()
-    out = bytearray()
-    while pos < len(delta):
-        op = delta[pos]; pos += 1
-        if op & 0x80:
-            off = size = 0
-            for i in range(4):
-                if op & (1 << i):
-                    off |= delta[pos] << (8 * i); pos += 1
-            for i in range(3):
-                if op & (0x10 << i):
-                    size |= delta[pos] << (8 * i); pos += 1
-            out += b"\n" if inserts_only else base[off:off + (size or 0x10000)]
-        elif op:
-            out += delta[pos:pos + op]; pos += op
-        else:
-            raise ValueError("bad delta")
-    return bytes(out)
-NAMES = {1: b"commit", 2: b"tree", 3: b"blob", 4: b"tag"}
-def pack_objects(data):
-    # Every object of a git pack, inflated and with deltas applied to their bases (a delta whose
-    # base is not in the pack yields the text it inserts). Stops quietly at what it does not
-    # understand.
-    if data[:4] != b"PACK":
-        return
-    pos, view = 12, memoryview(data)
-    by_offset, by_sha = {}, {}
-    for _ in range(int.from_bytes(data[8:12], "big")):
-        try:
-            start = pos
-            c = data[pos]; pos += 1; kind = (c >> 4) & 7
-            while c & 0x80:
-                c = data[pos]; pos += 1
-            base = None
-            if kind == 6:
-                c = data[pos]; pos += 1; ofs = c & 0x7F
-                while c & 0x80:
-                    c = data[pos]; pos += 1; ofs = ((ofs + 1) << 7) | (c & 0x7F)
-                base = by_offset.get(start - ofs)
-            elif kind == 7:
-                base = by_offset.get(by_sha.get(bytes(data[pos:pos + 20])))
-                pos += 20
-            d, out, fed = zlib.decompressobj(), [], pos
-            while not d.eof and fed < len(data):
-                chunk = view[fed:fed + 65536]
-                out.append(d.decompress(chunk)); fed += len(chunk)
-            pos = fed - len(d.unused_data)
-            body = b"".join(out)
-            if kind in (6, 7):
-                if base is None:
-                    yield apply_delta(b"", body, inserts_only=True)
-                    continue
-                kind, body = base[0], apply_delta(base[1], body)
-        except (IndexError, ValueError, zlib.error):
-            return
-        by_offset[start] = (kind, body)
-        header = NAMES.get(kind, b"blob") + b" %d\0" % len(body)
-        by_sha[hashlib.sha1(header + body).digest()] = start
-        yield body
-def text(data):
-    return None if b"\0" in data[:8192] else data.decode("utf-8", "replace")
-for key, value in os.environ.items():
-    check(value, "$" + key)
-for root in roots:
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            is_pack = name.endswith(".pack") and dirpath.endswith("/objects/pack")
-            try:
-                size = os.path.getsize(path)
-                if os.path.islink(path) or size > (512_000_000 if is_pack else 8_000_000):
-                    continue
-                data = open(path, "rb").read()
-            except OSError:
-                continue
-            if is_pack:
-                for obj in pack_objects(data):
-                    if (t := text(obj)) is not None:
-                        check(t, path)
-                continue
-            if LOOSE.search(path):
-                try: data = zlib.decompress(data).partition(b"\0")[2]
-                except zlib.error: continue
-            if (t := text(data)) is not None:
-                check(t, path)
-""".replace("MIN_CHARS", str(MIN_CHARS))
+SCANNER_SOURCE = Path(__file__).with_name("_scanner.py")
 
 
 class Finding(BaseModel):
@@ -173,9 +64,9 @@ def _scan(
     sandbox = factory.create(paper, snippet)
     try:
         (sandbox.control / "audit-wanted").write_text("\n".join(wanted))
-        (sandbox.control / "audit.py").write_text(_SCANNER)
-        ctl = "/.rcb" if sandbox.backend in ("bwrap", "docker") else str(sandbox.control)
-        command = f"python {ctl}/audit.py {ctl}/audit-wanted {roots}"
+        shutil.copyfile(SCANNER_SOURCE, sandbox.control / "audit.py")
+        ctl = sandbox.control_inside
+        command = f"python {ctl}/audit.py {MIN_CHARS} {ctl}/audit-wanted {roots}"
         result = sandbox.exec(command, timeout_s=1800)
         hits = []
         for line in result.stdout.splitlines():
