@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import textwrap
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from ruamel.yaml import YAML
 
 from rcb_env import config
 from rcb_env.grading.grader import Grader, GradingConfig
@@ -102,7 +103,7 @@ def math_files(code: str = MATH_CODE, test: str = MATH_TEST) -> dict[str, str]:
 
 
 def write_pset(root: Path, entries: list[dict[str, Any]]) -> Path:
-    (root / "papers.yaml").write_text(yaml.safe_dump(entries, sort_keys=False))
+    (root / "papers.yaml").write_text(_dump(entries))
     return root
 
 
@@ -190,3 +191,9 @@ def docker_images() -> str:
 
 
 NUMPY_PAPERS = ("adamw-warmup", "scaled-attention")
+
+
+def _dump(data: Any) -> str:
+    out = io.StringIO()
+    YAML(typ="safe", pure=True).dump(data, out)
+    return out.getvalue()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import io
 from pathlib import Path
+from typing import Any
 
 import pytest
-import yaml
+from ruamel.yaml import YAML
 
 from rcb_env.errors import (
     DuplicateSnippetError,
@@ -186,7 +188,7 @@ def test_invalid_entries_are_metadata_errors(
     tmp_path: Path, entry: dict[str, object], words: str
 ) -> None:
     write_paper(tmp_path, "m", math_files())
-    (tmp_path / "papers.yaml").write_text(yaml.safe_dump([entry]))
+    (tmp_path / "papers.yaml").write_text(_dump([entry]))
     message = _single_failure(tmp_path)
     assert words in message
     assert "papers.yaml:1" in message
@@ -288,3 +290,9 @@ def test_hidden_patterns_follow_gitignore_rules() -> None:
     assert is_hidden("deep/secret/inner.py", patterns)  # a hidden folder hides its contents
     assert is_hidden("top_only.py", patterns)
     assert not is_hidden("pkg/top_only.py", patterns)  # a leading / anchors at the paper folder
+
+
+def _dump(data: Any) -> str:
+    out = io.StringIO()
+    YAML(typ="safe", pure=True).dump(data, out)
+    return out.getvalue()

@@ -147,11 +147,8 @@ class SingleShotAgent(_LLMAgent):
 
     def start(self, observation: str, info: dict[str, Any], tools: Sequence[ToolSpec]) -> None:
         self.info = info
-        self.statement = observation
-        self.files = [
-            info["file"],
-            *[f for f in info.get("context_files", []) if f != info["file"]],
-        ]
+        task = info["task"]  # the statement's structured fields (rcb_env.task.source)
+        self.files = [task["file"], *[f for f in task["context_files"] if f != task["file"]]]
         self.contents: dict[str, str] = {}
         self.asking: str | None = None
         self.tokens = 0
@@ -168,31 +165,27 @@ class SingleShotAgent(_LLMAgent):
             SINGLE_SHOT_SYSTEM, [Turn(role="user", text=self._prompt())], ()
         )
         code = extract_code(completion.text)
-        body = indent_body(code, _indent_of(self.info["todo_block"])) if code is not None else ""
+        body = indent_body(code, self.info["task"]["indent"]) if code is not None else ""
         return Submit(body=body)
 
     def _prompt(self) -> str:
-        target = self.info["file"]
+        task = self.info["task"]
+        target = task["file"]
         parts = []
         if self.with_paper:
-            paper = self.statement.split("\nPaper (", 1)
-            parts.append(
-                "# The paper\n" + ("Paper (" + paper[1] if len(paper) == 2 else self.statement)
-            )
+            parts.append(f"# The paper\nPaper ({task['paper_file']}):\n{task['paper_text']}")
         for path in self.files[1:]:
             parts.append(f"# Context file {path}\n{_strip_numbers(self.contents[path])}")
         parts.append(f"# The file to complete: {target}\n{_strip_numbers(self.contents[target])}")
-        todo = self.info["todo_block"].strip().splitlines()[0].strip()
-        parts.append(f"Write the code that replaces `{todo}` (and the line after it).")
+        lines = task["placeholder"].strip().splitlines()
+        rest = {1: "", 2: " (and the line after it)"}.get(
+            len(lines), f" (and the {len(lines) - 1} lines after it)"
+        )
+        parts.append(f"Write the code that replaces `{lines[0].strip()}`{rest}.")
         return "\n\n".join(parts)
 
     def end(self, info: dict[str, Any]) -> None:
         pass
-
-
-def _indent_of(block: str) -> str:
-    first = block.splitlines()[0]
-    return first[: len(first) - len(first.lstrip())]
 
 
 def _strip_numbers(read_file_output: str) -> str:

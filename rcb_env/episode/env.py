@@ -117,7 +117,8 @@ class RcbEnv(gym.Env[str, Any]):
         self.outcome = None
         self.started = time.monotonic()
         self.log.debug("reset")
-        return self._task_statement(), self._info(task=self.statement.model_dump(mode="json"))
+        task = {**self.statement.model_dump(mode="json"), "paper_text": self.paper_text}
+        return self._task_statement(), self._info(task=task)
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.toolbox is None or self.sandbox is None:

@@ -10,7 +10,8 @@ import functools
 from typing import Any
 
 import gymnasium as gym
-import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
 
 from rcb_env.episode.env import EnvConfig, RcbEnv
 from rcb_env.episode.wrappers import Budgets
@@ -55,8 +56,8 @@ def scan_bundled() -> list[tuple[str, str, str, str]]:
     files cannot be read are left out (``rcb-env validate`` reports them)."""
     try:
         root = bundled_root()
-        entries = yaml.safe_load((root / PAPERS_YAML).read_text())
-    except (TaskLoadError, OSError, yaml.YAMLError):
+        entries = YAML(typ="safe", pure=True).load((root / PAPERS_YAML).read_text())
+    except (TaskLoadError, OSError, YAMLError, ValueError):
         return []
     if not isinstance(entries, list):
         return []

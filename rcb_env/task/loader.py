@@ -12,8 +12,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pathspec
-import yaml
 from pydantic import ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from rcb_env.errors import (
     DuplicateSnippetError,
@@ -117,43 +120,52 @@ def parse_meta(entry: Any, *, where: str, line: int | None) -> PaperMeta:
         ) from None
 
 
-def _read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
+def _read_yaml(path: Path) -> Any:
+    """The YAML document, as ruamel.yaml's round-trip loader builds it: mappings and lists that
+    remember the line of each item (see :func:`_entry_lines`).
+
+    Raises:
+        MetadataError: unreadable, malformed, or a value that cannot be built (with its line).
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise MetadataError(f"cannot read: {exc}", file=path) from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        return YAML(typ="rt", pure=True).load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise MetadataError(f"malformed YAML: {problem}", file=path, line=line) from None
-    except (ValueError, TypeError, OverflowError) as exc:
-        # A well-formed scalar that cannot be built, e.g. the unquoted date 2025-13-45.
         raise MetadataError(
-            f"invalid YAML value: {exc}", file=path, line=_bad_scalar_line(node)
+            f"malformed YAML: {exc.problem or exc.context or exc}", file=path, line=line
         ) from None
-    return data, node
+    except YAMLError as exc:
+        raise MetadataError(f"malformed YAML: {exc}", file=path) from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        # A well-formed scalar that cannot be built, e.g. the unquoted date 2025-13-45: the
+        # loader does not say where, so find the first such scalar in the composed document.
+        raise MetadataError(
+            f"invalid YAML value: {exc}", file=path, line=_bad_scalar_line(text)
+        ) from None
 
 
-def _bad_scalar_line(node: yaml.Node | None) -> int | None:
-    """1-based line of the first scalar that PyYAML cannot construct."""
-    if node is None:
+def _bad_scalar_line(text: str) -> int | None:
+    """1-based line of the first scalar that cannot be constructed."""
+    loader = YAML(typ="safe", pure=True)
+    try:
+        stack = [loader.compose(text)]
+    except YAMLError:
         return None
-    stack = [node]
-    constructor = yaml.SafeLoader("")
     while stack:
         n = stack.pop(0)
-        if isinstance(n, yaml.ScalarNode):
+        if isinstance(n, ScalarNode):
             try:
-                constructor.construct_object(n)
-            except (ValueError, TypeError, OverflowError, yaml.YAMLError):
-                return n.start_mark.line + 1
-        elif isinstance(n, yaml.SequenceNode):
+                loader.constructor.construct_object(n)
+            except (ValueError, TypeError, OverflowError, YAMLError):
+                return int(n.start_mark.line) + 1
+        elif isinstance(n, SequenceNode):
             stack.extend(n.value)
-        elif isinstance(n, yaml.MappingNode):
+        elif isinstance(n, MappingNode):
             for k, v in n.value:
                 stack.extend([k, v])
     return None
@@ -162,7 +174,7 @@ def _bad_scalar_line(node: yaml.Node | None) -> int | None:
 def _read_overlay(path: Path, *, key: str | None = None) -> Overlay | None:
     if not path.is_file():
         return None
-    data, _ = _read_yaml(path)
+    data = _read_yaml(path)
     if key is not None:
         papers = (data or {}).get("papers", {}) if isinstance(data, Mapping) else None
         if not isinstance(papers, Mapping):
@@ -321,9 +333,10 @@ def load_paper(
     )
 
 
-def _entry_lines(node: yaml.Node | None) -> list[int | None]:
-    if isinstance(node, yaml.SequenceNode):
-        return [item.start_mark.line + 1 for item in node.value]
+def _entry_lines(data: Any) -> list[int | None]:
+    """1-based line of each item of a loaded YAML list (ruamel.yaml keeps them)."""
+    if isinstance(data, CommentedSeq):
+        return [int(data.lc.item(i)[0]) + 1 for i in range(len(data))]
     return []
 
 
@@ -337,10 +350,10 @@ def load_pset(root: Path, *, papers: set[str] | None = None) -> Pset:
     yaml_path = root / PAPERS_YAML
     if not yaml_path.is_file():
         raise MissingTaskFileError("papers.yaml is missing", file=yaml_path)
-    data, node = _read_yaml(yaml_path)
+    data = _read_yaml(yaml_path)
     if not isinstance(data, list):
         raise MetadataError("papers.yaml must be a list of papers", file=yaml_path, line=1)
-    lines = _entry_lines(node)
+    lines = _entry_lines(data)
     pset_overlay = root / OVERLAY_FILE
     loaded: list[Paper] = []
     failures: list[LoadFailure] = []
@@ -389,9 +402,9 @@ def load_lone_paper(folder: Path) -> Paper:
     folder = folder.resolve()
     parent_yaml = folder.parent / PAPERS_YAML
     if parent_yaml.is_file():
-        data, node = _read_yaml(parent_yaml)
+        data = _read_yaml(parent_yaml)
         if isinstance(data, list):
-            for entry, line in zip(data, _entry_lines(node), strict=False):
+            for entry, line in zip(data, _entry_lines(data), strict=False):
                 if isinstance(entry, Mapping) and entry.get("id") == folder.name:
                     meta = parse_meta(entry, where=str(parent_yaml), line=line)
                     overlay = _read_overlay(folder.parent / OVERLAY_FILE, key=folder.name)

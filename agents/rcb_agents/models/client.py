@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import os
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -18,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import diskcache
 from pydantic import BaseModel, ConfigDict
 
 from rcb_agents.models.errors import ProviderError
@@ -152,31 +152,41 @@ class ChatModel(ABC):
         return calls
 
     # cache -----------------------------------------------------------------------------------
-    def _cache_path(self, body: str) -> Path | None:
+    def _cache(self) -> diskcache.Cache | None:
+        """The response cache (diskcache: safe across threads and processes), opened once."""
         if self.config.cache_dir is None:
             return None
+        with _caches_lock:
+            cache = _caches.get(self.config.cache_dir)
+            if cache is None:
+                cache = _caches[self.config.cache_dir] = diskcache.Cache(str(self.config.cache_dir))
+            return cache
+
+    def _cache_key(self, body: str) -> str:
         # Provider and full request body (model, messages, tools, sampling); not the endpoint's
         # address, which may change between runs (a local server's port).
-        key = hashlib.sha256(f"{self.provider}\n{body}".encode()).hexdigest()
-        return self.config.cache_dir / key[:2] / f"{key}.json"
+        return hashlib.sha256(f"{self.provider}\n{body}".encode()).hexdigest()
 
     def _cache_get(self, body: str) -> Completion | None:
-        path = self._cache_path(body)
-        if path is None or not path.is_file():
+        cache = self._cache()
+        if cache is None:
+            return None
+        raw = cache.get(self._cache_key(body))
+        if not isinstance(raw, str):
             return None
         try:
-            return Completion.model_validate_json(path.read_text())
+            return Completion.model_validate_json(raw)
         except ValueError:
             return None
 
     def _cache_put(self, body: str, completion: Completion) -> None:
-        path = self._cache_path(body)
-        if path is None:
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(completion.model_dump_json())
-        os.replace(tmp, path)
+        cache = self._cache()
+        if cache is not None:
+            cache.set(self._cache_key(body), completion.model_dump_json())
+
+
+_caches: dict[Path, diskcache.Cache] = {}
+_caches_lock = threading.Lock()
 
 
 def make_model(config: ModelConfig) -> ChatModel:
