@@ -1,24 +1,33 @@
 """rcb-env: research-code benchmark snippets as Gymnasium episodes for tool-using agents.
 
-Importing this package registers the bundled tasks' Gymnasium ids (``rcb/<paper>.<snippet>-v0``),
-as Gymnasium packages do; it has no other effect.
+Importing this package registers the bundled tasks' Gymnasium ids (``rcb/<paper>.<snippet>-v0``,
+the id strings only: nothing is loaded until ``gym.make``), as Gymnasium packages do; it has no
+other effect. The four contracts: :class:`TaskSource`, :class:`Backend` (with :class:`Sandbox`),
+:class:`Agent`, :class:`EpisodeOutcome`.
 """
 
+from rcb_env.agent import Agent, AgentFactory, MeteredAgent
 from rcb_env.episode import Budgets, EnvConfig, RcbEnv, env_id, make_env, register_bundled
+from rcb_env.episode.outcome import EpisodeOutcome, EpisodeStatus, StopReason
 from rcb_env.errors import (
+    AgentFacingError,
     AnnotationError,
     ConfigError,
     DuplicateSnippetError,
     GradingError,
+    InfraError,
+    InfrastructureError,
     MetadataError,
     MissingTaskFileError,
+    ModelError,
     RcbError,
     SandboxError,
     TaskLoadError,
 )
 from rcb_env.grading import FailureKind, Grader, GradeResult, GradingConfig, Outcome
-from rcb_env.sandbox import Sandbox, SandboxConfig, SandboxFactory
+from rcb_env.sandbox import Backend, Sandbox, SandboxConfig, SandboxFactory, register_backend
 from rcb_env.task import Paper, PaperMeta, Pset, Snippet, bundled_root, load
+from rcb_env.task.source import TaskSource, TaskStatement, register_source
 from rcb_env.tools.actions import (
     Action,
     ActionError,
@@ -39,19 +48,29 @@ from rcb_env.tools.actions import (
 __all__ = [
     "Action",
     "ActionError",
+    "Agent",
+    "AgentFacingError",
+    "AgentFactory",
     "AnnotationError",
+    "Backend",
     "Budgets",
     "ConfigError",
     "DuplicateSnippetError",
     "EnvConfig",
+    "EpisodeOutcome",
+    "EpisodeStatus",
     "FailureKind",
     "GradeResult",
     "Grader",
     "GradingConfig",
     "GradingError",
+    "InfraError",
+    "InfrastructureError",
     "ListFiles",
     "MetadataError",
+    "MeteredAgent",
     "MissingTaskFileError",
+    "ModelError",
     "Outcome",
     "Paper",
     "PaperMeta",
@@ -69,8 +88,11 @@ __all__ = [
     "SandboxFactory",
     "Search",
     "Snippet",
+    "StopReason",
     "Submit",
     "TaskLoadError",
+    "TaskSource",
+    "TaskStatement",
     "ToolSpec",
     "WriteFile",
     "bundled_root",
@@ -78,7 +100,9 @@ __all__ = [
     "load",
     "make_env",
     "parse_action",
+    "register_backend",
     "register_bundled",
+    "register_source",
     "tool_specs",
 ]
 __version__ = "0.1.0"

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from rcb_agents.baselines import OracleAgent
 
@@ -388,17 +389,15 @@ def _kill_launcher_soon(marker: str, delay_s: float = 0.5) -> threading.Thread:
     def kill() -> None:
         time.sleep(delay_s)
         found = []
-        for proc in Path("/proc").iterdir():
-            with contextlib.suppress(OSError, ValueError):
-                argv = (proc / "cmdline").read_bytes().split(b"\0")
-                if argv[0].endswith((b"bwrap", b"docker")) and marker.encode() in argv:
-                    found.append(int(proc.name))
+        for proc in psutil.process_iter(["cmdline"]):
+            argv = proc.info.get("cmdline") or []
+            if argv and argv[0].endswith(("bwrap", "docker")) and marker in argv:
+                found.append(proc.pid)
         # bwrap forks a copy of itself as the sandbox's pid 1: the launcher is the match whose
         # parent is not a match
         for pid in found:
-            with contextlib.suppress(OSError, ValueError):
-                stat = Path(f"/proc/{pid}/stat").read_text()
-                if int(stat.rpartition(")")[2].split()[1]) not in found:
+            with contextlib.suppress(psutil.Error):
+                if psutil.Process(pid).ppid() not in found:
                     os.kill(pid, signal.SIGKILL)
                     return
 

@@ -183,8 +183,10 @@ def test_the_hacks_command_scores_every_attack_zero_on_docker(docker_images: str
     assert "next episode clean: the reference still passes" in result.output
 
 
-def _ticks(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+def _ticks(pid: int) -> str | None:
+    from rcb_env.sandbox import scratch
+
+    return scratch._start_ticks(pid)
 
 
 @pytest.mark.bwrap
