@@ -11,8 +11,6 @@ registry. :mod:`rcb_env.sandbox.conformance` is the suite every backend must pas
 
 from __future__ import annotations
 
-import importlib
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from rcb_env._registry import Registry
 from rcb_env.errors import ConfigError, SandboxError
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox.base import Executor, Sandbox, SandboxConfig
@@ -93,16 +92,17 @@ class Backend(ABC):
 
 
 #: Built-in backends by name, imported on first use.
-_BUILTIN: dict[str, str] = {
-    "bwrap": "rcb_env.sandbox.bwrap:BwrapBackend",
-    "docker": "rcb_env.sandbox.docker:DockerBackend",
-    "local": "rcb_env.sandbox.local:LocalBackend",
-}
-_registry: dict[str, type[Backend]] = {}
-_lock = threading.Lock()
+_registry: Registry[Backend] = Registry(
+    "sandbox backend",
+    {
+        "bwrap": "rcb_env.sandbox.bwrap:BwrapBackend",
+        "docker": "rcb_env.sandbox.docker:DockerBackend",
+        "local": "rcb_env.sandbox.local:LocalBackend",
+    },
+)
 B = TypeVar("B", bound=type[Backend])
 
-for _name in _BUILTIN:
+for _name in _registry.builtin:
     scratch_dirs.register_prefix(f"rcb-{_name}-")
 
 
@@ -110,16 +110,14 @@ def register_backend(cls: B) -> B:
     """Class decorator: make a backend available by its ``name``."""
     if not cls.name or cls.name == "auto" or not cls.name.replace("-", "").isalnum():
         raise ConfigError(f"invalid backend name {cls.name!r}")
-    with _lock:
-        _registry[cls.name] = cls
+    _registry.register(cls.name, cls)
     scratch_dirs.register_prefix(f"rcb-{cls.name}-")
     return cls
 
 
 def backend_names() -> list[str]:
     """Every built-in and registered backend."""
-    with _lock:
-        return [*_BUILTIN, *(n for n in _registry if n not in _BUILTIN)]
+    return _registry.names()
 
 
 def backend_class(name: str) -> type[Backend]:
@@ -128,20 +126,7 @@ def backend_class(name: str) -> type[Backend]:
     Raises:
         ConfigError: no backend has that name.
     """
-    with _lock:
-        found = _registry.get(name)
-    if found is not None:
-        return found
-    target = _BUILTIN.get(name)
-    if target is None:
-        raise ConfigError(
-            f"unknown sandbox backend {name!r} (known: auto, {', '.join(backend_names())})"
-        )
-    module, _, attr = target.partition(":")
-    cls: type[Backend] = getattr(importlib.import_module(module), attr)
-    with _lock:
-        _registry.setdefault(name, cls)
-    return cls
+    return _registry.get(name)
 
 
 def resolve_backend(name: str) -> str:

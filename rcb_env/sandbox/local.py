@@ -89,21 +89,11 @@ class LocalExecutor:
 _warned = False
 
 
-class LocalSandbox(Sandbox):
-    """No isolation at all: a plain shell on a tmpfs copy. Only when asked for explicitly."""
-
-    backend = "local"
+class HostShellSandbox(Sandbox):
+    """A plain ``bash`` on the host, in a tmpfs copy of the workspace: no isolation. The base of
+    ``local`` and of the test fake (:mod:`rcb_env.testing.fake_sandbox`)."""
 
     def __init__(self, template: Path, config: SandboxConfig, scratch: Path) -> None:
-        global _warned
-        if not _warned:
-            _warned = True
-            warnings.warn(
-                "rcb-env: the 'local' sandbox has NO isolation: commands run as you, can read any "
-                "file (including hidden tests and references) and reach the network. Use it only "
-                "where bubblewrap is unavailable, and never to score untrusted agents.",
-                stacklevel=2,
-            )
         super().__init__(template, config, scratch)
         self.workspace_inside = str(self.workspace)
         self._session: ShellSession | None = None
@@ -127,6 +117,24 @@ class LocalSandbox(Sandbox):
         if self._session is not None:
             self._session.kill()
             self._session = None
+
+
+class LocalSandbox(HostShellSandbox):
+    """No isolation at all: a plain shell on a tmpfs copy. Only when asked for explicitly."""
+
+    backend = "local"
+
+    def __init__(self, template: Path, config: SandboxConfig, scratch: Path) -> None:
+        global _warned
+        if not _warned:
+            _warned = True
+            warnings.warn(
+                "rcb-env: the 'local' sandbox has NO isolation: commands run as you, can read any "
+                "file (including hidden tests and references) and reach the network. Use it only "
+                "where bubblewrap is unavailable, and never to score untrusted agents.",
+                stacklevel=2,
+            )
+        super().__init__(template, config, scratch)
 
 
 class LocalBackend(Backend):

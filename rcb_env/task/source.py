@@ -13,14 +13,13 @@ its papers ``source=<name>``. ``rcb_env.load(path)`` asks each registered source
 
 from __future__ import annotations
 
-import importlib
 import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
 from rcb_env._common import Frozen
-from rcb_env.errors import ConfigError
+from rcb_env._registry import Registry
 from rcb_env.task.models import Paper, Pset, Snippet
 
 
@@ -93,8 +92,9 @@ class TaskSource(ABC):
 
 
 #: Built-in sources by name: resolved on first use, so the registry imports nothing.
-_BUILTIN: dict[str, str] = {"paper2code": "rcb_env.task.paper2code:Paper2Code"}
-_registry: dict[str, type[TaskSource]] = {}
+_registry: Registry[TaskSource] = Registry(
+    "task source", {"paper2code": "rcb_env.task.paper2code:Paper2Code"}
+)
 _instances: dict[str, TaskSource] = {}
 _lock = threading.Lock()
 S = TypeVar("S", bound=type[TaskSource])
@@ -102,31 +102,15 @@ S = TypeVar("S", bound=type[TaskSource])
 
 def register_source(cls: S) -> S:
     """Class decorator: make a layout available by its ``name``."""
+    _registry.register(cls.name, cls)
     with _lock:
-        _registry[cls.name] = cls
         _instances.pop(cls.name, None)
-    return cls
-
-
-def _resolve(name: str) -> type[TaskSource]:
-    with _lock:
-        found = _registry.get(name)
-    if found is not None:
-        return found
-    target = _BUILTIN.get(name)
-    if target is None:
-        raise ConfigError(f"unknown task source {name!r} (known: {', '.join(source_names())})")
-    module, _, attr = target.partition(":")
-    cls: type[TaskSource] = getattr(importlib.import_module(module), attr)
-    with _lock:
-        _registry.setdefault(name, cls)
     return cls
 
 
 def source_names() -> list[str]:
     """Every registered or built-in source name."""
-    with _lock:
-        return sorted(set(_BUILTIN) | set(_registry))
+    return _registry.names()
 
 
 def get_source(name: str) -> TaskSource:
@@ -135,10 +119,10 @@ def get_source(name: str) -> TaskSource:
     Raises:
         ConfigError: no source has that name.
     """
-    cls = _resolve(name)
+    cls = _registry.get(name)
     with _lock:
         inst = _instances.get(name)
-        if inst is None:
+        if inst is None or type(inst) is not cls:
             inst = _instances[name] = cls()
         return inst
 
@@ -151,9 +135,7 @@ def source_for(paper: Paper) -> TaskSource:
 def detect_source(root: Path) -> TaskSource | None:
     """The source whose layout ``root`` is: user-registered sources first (newest first), the
     built-in ones last."""
-    with _lock:
-        custom = [n for n in reversed(_registry) if n not in _BUILTIN]
-    for name in [*custom, *_BUILTIN]:
-        if _resolve(name).detect(root):
+    for name in [*_registry.custom(), *_registry.builtin]:
+        if _registry.get(name).detect(root):
             return get_source(name)
     return None

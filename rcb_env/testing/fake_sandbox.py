@@ -15,18 +15,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
-from rcb_env.errors import SandboxError
 from rcb_env.sandbox.backend import Backend
 from rcb_env.sandbox.base import ExecResult, Executor, Sandbox, SandboxConfig
-from rcb_env.sandbox.local import LocalExecutor
-from rcb_env.sandbox.session import ShellSession
+from rcb_env.sandbox.local import HostShellSandbox, LocalExecutor
 from rcb_env.task.models import Paper
 
 Injected = Callable[[str], BaseException | None]
 """Given a command, the error the fake sandbox raises instead of running it (or None)."""
 
 
-class FakeSandbox(Sandbox):
+class FakeSandbox(HostShellSandbox):
     """A real shell on a tmpfs copy, recording commands, with injectable failures."""
 
     backend = "fake"
@@ -41,36 +39,17 @@ class FakeSandbox(Sandbox):
         log: list[str] | None = None,
     ) -> None:
         super().__init__(template, config, scratch)
-        self.workspace_inside = str(self.workspace)
         self.commands: list[str] = log if log is not None else []
         """Every command given to :meth:`exec`, in order."""
         self.inject = inject
-        self._session: ShellSession | None = None
 
     def exec(self, command: str, *, timeout_s: float | None = None) -> ExecResult:
-        if self.closed:
-            raise SandboxError("sandbox is closed")
-        self.commands.append(command)
-        if self.inject is not None:
-            error = self.inject(command)
+        if not self.closed:
+            self.commands.append(command)
+            error = self.inject(command) if self.inject is not None else None
             if error is not None:
                 raise error
-        if self._session is None:
-            self._session = ShellSession(
-                lambda: ["env", "-C", str(self.workspace)],
-                control_host=self.control,
-                control_inside=self.control_inside,
-                output_limit=self.config.output_limit,
-            )
-        return self._session.run(command, timeout_s=timeout_s or self.config.command_timeout_s)
-
-    def executor(self) -> Executor:
-        return LocalExecutor(output_limit=self.config.output_limit, scratch=self.root.parent)
-
-    def _stop_session(self) -> None:
-        if self._session is not None:
-            self._session.kill()
-            self._session = None
+        return super().exec(command, timeout_s=timeout_s)
 
 
 class FakeBackend(Backend):
