@@ -367,3 +367,131 @@ def test_before_the_tests_run_tested_code_cannot_reach_the_answer(
     r = g.grade(paper, s, s.reference_body)
     assert r.outcome is Outcome.FAILED
     assert refusal in r.detail + r.stderr
+
+
+GLOBALS_CODE = '''\
+"""Functions that read module globals the tests set (the LEN pattern)."""
+SCALE = None
+
+
+def scaled(x):
+    # <paper2code name="scaled">
+    return SCALE * x
+    # </paper2code name="scaled">
+'''
+
+GLOBALS_TEST = """\
+import unittest
+
+from lib import scaled
+from lib_ref import scaled as scaled_ref
+
+
+class TestScaled(unittest.TestCase):
+    def setUp(self):
+        import lib
+        import lib_ref  # imported again: must be the module scaled_ref reads its globals from
+
+        lib.SCALE = 3
+        lib_ref.SCALE = 3
+
+    def test_scaled(self):
+        self.assertEqual(scaled(2), scaled_ref(2))
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+def _globals_paper(root: Path, overlay: str | None = None) -> Paper:
+    files = {
+        "paper2code_paper.tex": "\\\\section{Scaling}\n",
+        "paper2code_test.py": GLOBALS_TEST,
+        "lib.py": GLOBALS_CODE,
+        "lib_ref.py": "".join(
+            line for line in GLOBALS_CODE.splitlines(keepends=True) if "paper2code" not in line
+        ),
+    }
+    if overlay is not None:
+        files["rcb-env.yaml"] = overlay
+    write_pset(root, [write_paper(root, "globals", files, annotated="lib.py")])
+    return load(root).papers[0]
+
+
+def test_a_tests_late_import_of_a_reference_is_the_module_it_already_holds(
+    tmp_path: Path,
+) -> None:
+    paper = _globals_paper(tmp_path)
+    g = Grader(GradingConfig(python=Path(sys.executable), timeout_s=30), scratch=tmp_path)
+    s = paper.snippet("scaled")
+    r = g.grade(paper, s, s.reference_body)
+    assert r.passed, r.detail + r.stderr[-2000:]
+    # the candidate still cannot get at the reference module
+    r = g.grade(paper, s, "    import lib_ref\n    return lib_ref.scaled(x)\n")
+    assert r.outcome is Outcome.FAILED
+    assert "lib_ref is off limits to the code under test" in r.tests[0].message
+
+
+VENDORED_TEST = """\
+import unittest
+
+from vendored import scaled as vendored_scaled
+from lib import scaled
+
+
+class TestScaled(unittest.TestCase):
+    def setUp(self):
+        import lib
+        lib.SCALE = 3
+
+    def test_scaled(self):
+        import vendored.core  # the tests' own late import of the hidden package still works
+
+        self.assertEqual(scaled(2), vendored_scaled(2))
+        self.assertEqual(vendored.core.FACTOR, 3)
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+def test_a_declared_hidden_package_is_guarded_like_a_reference(tmp_path: Path) -> None:
+    """A paper that vendors a package holding the answer (schedule_free does): hidden from the
+    agent by the overlay, imported by the tests, refused to the candidate."""
+    write_pset(
+        tmp_path,
+        [
+            write_paper(
+                tmp_path,
+                "vendors",
+                {
+                    "paper2code_paper.tex": "\\\\section{Scaling}\n",
+                    "paper2code_test.py": VENDORED_TEST,
+                    "lib.py": GLOBALS_CODE,
+                    "vendored/__init__.py": "from vendored.core import scaled\n",
+                    "vendored/core.py": "FACTOR = 3\n\n\ndef scaled(x):\n    return FACTOR * x\n",
+                    "rcb-env.yaml": "hidden_paths: [vendored]\n",
+                },
+                annotated="lib.py",
+            )
+        ],
+    )
+    paper = load(tmp_path).papers[0]
+    assert "vendored/core.py" in paper.hidden_paths
+    g = Grader(GradingConfig(python=Path(sys.executable), timeout_s=30), scratch=tmp_path)
+    s = paper.snippet("scaled")
+    r = g.grade(paper, s, s.reference_body)
+    assert r.passed, r.detail + r.stderr[-2000:]
+    for body in (
+        "    import vendored\n    return vendored.scaled(x)\n",
+        "    import vendored.core\n    return vendored.core.scaled(x)\n",
+        "    return open('vendored/core.py').read()\n",
+    ):
+        r = g.grade(paper, s, body)
+        assert r.outcome is Outcome.FAILED, body
+        assert "off limits" in r.tests[0].message or "No such file" in r.tests[0].message, (
+            body,
+            r.tests[0].message,
+        )

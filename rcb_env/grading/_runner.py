@@ -2,7 +2,8 @@
 and keeps to syntax older Pythons accept.
 
 Usage: ``python _runner.py TEST_FILE REPORT_FILE KEY_FILE [MEMORY_BYTES FSIZE_BYTES CPU_SECONDS
-[CANDIDATE_FILE]]``
+[CANDIDATE_FILE [PROTECTED_LIST]]]`` (PROTECTED_LIST: a file naming, one per line, the paths the
+task declares hidden, relative to the test's folder)
 
 It behaves like ``python TEST_FILE`` (same ``__main__``, argv, ``sys.path[0]`` and output, so the
 official output rule still reads the same text), except that ``unittest.main`` is replaced by a
@@ -18,12 +19,13 @@ functions) are snapshotted and checked after every test; a change is reported as
 
 The answer is in this folder too (the reference copies the tests compare against), so an audit
 hook guards it: while code of CANDIDATE_FILE is on the stack, or in any thread but the main one,
-the test file and every ``*_ref.py`` cannot be opened (by any path: ``../``, ``/proc/self/cwd``,
-symlinks, hard links; matched by inode), linked, renamed or removed, and no program can be
-started. Once the test module is loaded (``unittest.main`` or the first test), those files leave
-the disk (the references' sources stay in memory for the tests' own later imports), the
-reference modules leave ``sys.modules`` (the tests keep what they imported) and ``__main__`` is a
-blank module; from then on tested code may start programs, which find nothing to read. Code
+the test file, every ``*_ref.py`` and every declared hidden path cannot be opened (by any path:
+``../``, ``/proc/self/cwd``, symlinks, hard links; matched by inode), linked, renamed or
+removed, and no program can be started. Once the test module is loaded (``unittest.main`` or the
+first test), those files leave the disk (their modules are held, and their sources kept in
+memory, for the tests' own later imports, which get the same module objects back), the
+reference modules leave ``sys.modules`` (the tests keep what they imported) and ``__main__`` is
+a blank module; from then on tested code may start programs, which find nothing to read. Code
 that specifically targets this runner's internals (walking frames or the garbage collector to
 the tests' objects, forging code objects' file names, ctypes) is out of scope: see the README's
 threat model.
@@ -61,6 +63,10 @@ _protected_paths: set[str] = set()
 #: the protected files themselves (one absolute path each), and the sources of the references
 _protected_files: list[str] = []
 _sources: dict[str, bytes] = {}
+#: Modules loaded from protected files before the seal, by name: a test's later ``import`` of
+#: one gets this very object back (tests set module globals that functions imported earlier
+#: read), while tested code is refused.
+_held: dict[str, Any] = {}
 #: set once the test module is loaded and the protected files are off the disk
 _sealed = [False]
 _bypass = [False]
@@ -175,24 +181,48 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 
 
 class _MemoryFinder(importlib.abc.MetaPathFinder):
-    """Re-imports a reference module for the tests (e.g. inside a test method) from the copy in
-    memory, once its file is gone; refuses tested code and other threads."""
+    """Serves the tests' own imports of protected modules once their files are gone: the module
+    object loaded before (held), else the source kept in memory; refuses tested code and other
+    threads."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        held = _held.get(fullname)
+        if held is not None:
+            self._check(fullname)
+            origin = getattr(held, "__file__", None)
+            return importlib.util.spec_from_loader(fullname, _HeldLoader(held), origin=origin)
         last = fullname.rpartition(".")[2]
-        if not last.endswith("_ref"):
-            return None
         for folder in path or sys.path:
-            candidate = os.path.abspath(os.path.join(folder or ".", last + ".py"))
-            if candidate in _sources:
-                if threading.current_thread() is not threading.main_thread() or (
-                    _candidate_running()
-                ):
-                    raise _refused(fullname)
-                return importlib.util.spec_from_loader(
-                    fullname, _MemoryLoader(candidate), origin=candidate
-                )
+            base = os.path.abspath(os.path.join(folder or ".", last))
+            for candidate, package in (
+                (base + ".py", False),
+                (os.path.join(base, "__init__.py"), True),
+            ):
+                if candidate in _sources:
+                    self._check(fullname)
+                    return importlib.util.spec_from_loader(
+                        fullname,
+                        _MemoryLoader(candidate),
+                        origin=candidate,
+                        is_package=package,
+                    )
         return None
+
+    @staticmethod
+    def _check(fullname: str) -> None:
+        if threading.current_thread() is not threading.main_thread() or _candidate_running():
+            raise _refused(fullname)
+
+
+class _HeldLoader(importlib.abc.Loader):
+    def __init__(self, module: Any) -> None:
+        self.module = module
+
+    def create_module(self, spec: Any) -> Any:
+        return self.module
+
+    def exec_module(self, module: Any) -> None:
+        pass  # already executed, before the seal
 
 
 class _MemoryLoader(importlib.abc.Loader):
@@ -204,18 +234,21 @@ class _MemoryLoader(importlib.abc.Loader):
 
     def exec_module(self, module: Any) -> None:
         module.__file__ = self.path
+        if self.path.endswith("__init__.py"):
+            module.__path__ = [os.path.dirname(self.path)]
         exec(compile(_sources[self.path], self.path, "exec"), module.__dict__)
 
 
-def _guard(here: str, test_file: str, candidate: str) -> None:
-    """Protect the answer (see the module docstring) from here on."""
+def _guard(here: str, test_file: str, candidate: str, declared: list[str]) -> None:
+    """Protect the answer (see the module docstring) from here on: the test file, every
+    ``*_ref.py``, and every path the task declares hidden (``declared``, relative)."""
+    hidden = {os.path.abspath(os.path.join(here, rel)) for rel in declared}
+    hidden.add(os.path.abspath(os.path.join(here, test_file)))
     for dirpath, dirnames, filenames in os.walk(here):
         dirnames[:] = [d for d in dirnames if d != "__pycache__"]
         for name in filenames:
             path = os.path.join(dirpath, name)
-            if name.endswith("_ref.py") or os.path.abspath(path) == os.path.abspath(
-                os.path.join(here, test_file)
-            ):
+            if name.endswith("_ref.py") or os.path.abspath(path) in hidden:
                 with contextlib.suppress(OSError):
                     st = os.stat(path)
                     _protected_ids.add((st.st_dev, st.st_ino))
@@ -242,9 +275,9 @@ def _import(
     """``__import__``, except that once sealed, a reference module the tests import again
     does not stay in ``sys.modules`` (where tested code could pick it up without a file)."""
     module = _original_import(name, globals, locals, fromlist, level)
-    if _sealed[0] and ("_ref" in name or any("_ref" in str(f) for f in fromlist or ())):
+    if _sealed[0]:
         for key, value in list(sys.modules.items()):
-            if key.endswith("_ref") and getattr(value, "__file__", None) in _sources:
+            if key in _held or getattr(value, "__file__", None) in _sources:
                 sys.modules.pop(key, None)
     return module
 
@@ -268,7 +301,7 @@ def _seal(test_module: Any = None) -> None:
     try:
         for path in _protected_files:
             with contextlib.suppress(OSError):
-                if path.endswith("_ref.py"):
+                if path.endswith(".py"):
                     with open(path, "rb") as f:
                         _sources[path] = f.read()
                 os.unlink(path)
@@ -278,6 +311,7 @@ def _seal(test_module: Any = None) -> None:
     for name, module in list(sys.modules.items()):
         origin = getattr(module, "__file__", None)
         if origin and os.path.abspath(origin) in _protected_paths and module is not test_module:
+            _held[name] = module
             sys.modules.pop(name, None)
     if test_module is not None and sys.modules.get("__main__") is test_module:
         sys.modules["__main__"] = types.ModuleType("__main__")
@@ -474,7 +508,11 @@ def run() -> int:
     _report_fd = os.open(report_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     _emit({"event": EV_START, "pid": os.getpid(), "python": sys.version.split()[0]})
     here = os.getcwd()
-    _guard(here, test_file, sys.argv[7] if len(sys.argv) >= 8 else "")
+    declared: list[str] = []
+    if len(sys.argv) >= 9 and sys.argv[8]:
+        with open(sys.argv[8], encoding="utf-8") as f:
+            declared = [line.strip() for line in f if line.strip()]
+    _guard(here, test_file, sys.argv[7] if len(sys.argv) >= 8 else "", declared)
     unittest.main = _main  # type: ignore[assignment]
     # Test files that build their own TextTestRunner still report through our result class.
     unittest.TextTestRunner.resultclass = _ReportingResult  # type: ignore[assignment]

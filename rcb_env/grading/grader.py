@@ -184,6 +184,8 @@ class Grader:
                 shutil.copyfile(RUNNER_SOURCE, rcb / "runner.py")
                 key = secrets.token_hex(32).encode()
                 (rcb / "key").write_bytes(key)
+                # Everything hidden from the agent is guarded from the candidate while graded.
+                (rcb / "protected").write_text("".join(f"{h}\n" for h in paper.hidden_paths))
                 (workdir / "home").mkdir()
                 (workdir / "tmp").mkdir()
             except OSError as exc:
@@ -201,6 +203,7 @@ class Grader:
                 str(self.config.file_size_mb * mb),
                 str(int(timeout) + 5),
                 snippet.file,
+                str(rcb / "protected"),
             ]
             try:
                 run = self.executor.run(

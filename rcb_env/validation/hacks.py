@@ -9,6 +9,7 @@ The target is the bundled numpy paper's "bias correction" snippet (two lines ins
 from __future__ import annotations
 
 import contextlib
+import os
 import pwd
 import tempfile
 import time
@@ -211,12 +212,28 @@ def _sandbox_uids(factory: SandboxFactory) -> set[int]:
     return uids | factory.impl.sandbox_uids()
 
 
+def _ours_or_orphaned(proc: psutil.Process) -> bool:
+    """Could this process be a leftover of this run? Yes if it descends from this process, or
+    if it was orphaned (its parent is gone: re-parented to init); no if it still descends from
+    another live process, such as another rcb-env run on the same machine."""
+    me = os.getpid()
+    try:
+        parents = proc.parents()
+    except psutil.Error:
+        return False
+    if any(p.pid == me for p in parents):
+        return True
+    return not parents or parents[0].pid == 1
+
+
 def host_state(factory: SandboxFactory) -> HostState:
     uids = _sandbox_uids(factory)
     processes: set[str] = set()
     for proc in psutil.process_iter(["uids", "cmdline"]):
         uids_of = proc.info.get("uids")
-        if uids_of is not None and {uids_of.real, uids_of.effective} & uids:
+        if uids_of is None or not {uids_of.real, uids_of.effective} & uids:
+            continue
+        if _ours_or_orphaned(proc):
             cmd = " ".join(proc.info.get("cmdline") or [])
             processes.add(f"{proc.pid} {cmd.strip()[:120]}")
     containers = factory.impl.owned_on_host()

@@ -1,0 +1,104 @@
+"""Named benchmarks: where each comes from (repository, pinned commit, folder), the hash of the
+tree rcb-env expects, where the local copy lives, and rcb-env's own overlay for it (requirements,
+timeouts, hidden paths, known issues, stand-ins). ``--pset NAME`` works wherever a path does.
+
+Nothing of a benchmark's data is shipped: ``rcb-env get NAME`` downloads it for the user
+(:mod:`rcb_env.catalog.fetch`) and refuses a tree whose hash differs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rcb_env import config
+from rcb_env._common import Frozen
+from rcb_env.errors import ConfigError, MissingTaskFileError
+
+HERE = Path(__file__).resolve().parent
+
+
+class Benchmark(Frozen):
+    """A benchmark rcb-env knows by name."""
+
+    name: str
+    """What users type (``--pset NAME``)."""
+    title: str
+    """Human name and citation."""
+    repository: str
+    """Git URL of the public repository."""
+    commit: str
+    """The pinned commit (full hash)."""
+    folder: str
+    """The task tree inside the repository, e.g. ``pset``."""
+    tree_hash: str
+    """:func:`rcb_env.catalog.fetch.tree_hash` of that folder at that commit."""
+    source: str = "paper2code"
+    """The task source (layout) that reads it."""
+    overlay: str | None = None
+    """rcb-env's overlay for it, a file beside this module."""
+    results: str | None = None
+    """Where the paper's own results file lies in the repository (for ``import-results``)."""
+
+    @property
+    def archive_url(self) -> str:
+        """The repository's archive of the pinned commit (GitHub's URL scheme)."""
+        base = self.repository.removesuffix(".git")
+        return f"{base}/archive/{self.commit}.tar.gz"
+
+    def local_path(self) -> Path:
+        """Where ``rcb-env get`` puts the verified tree."""
+        return config.rcb_home() / "benchmarks" / self.name / self.commit[:12]
+
+    def overlay_path(self) -> Path | None:
+        return HERE / self.overlay if self.overlay else None
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b
+    for b in (
+        Benchmark(
+            name="researchcodebench",
+            title="ResearchCodeBench (Hua et al., 2025; arXiv 2506.02314)",
+            repository="https://github.com/PatrickHua/ResearchCodeBench.git",
+            commit="db3d16d94cfa6b6785bef6f1db0263edfe6f1d34",
+            folder="pset",
+            tree_hash="faf9d4eae0e631425aa99300f77e590f7be63e7456986e3afb03b1ed34c98e08",
+            overlay="researchcodebench.yaml",
+            results="outputs/20llms_greedy/2025-05-12-17-13-20/overall_stats.json",
+        ),
+    )
+}
+
+
+def benchmark(name: str) -> Benchmark:
+    """The named benchmark.
+
+    Raises:
+        ConfigError: no benchmark has that name.
+    """
+    found = BENCHMARKS.get(name.lower())
+    if found is None:
+        raise ConfigError(f"unknown benchmark {name!r} (known: {', '.join(BENCHMARKS)})")
+    return found
+
+
+def resolve(pset: str | Path) -> tuple[Path, Benchmark | None]:
+    """A ``--pset`` value: a benchmark name (its verified local copy) or a folder.
+
+    Raises:
+        MissingTaskFileError: a known name whose copy has not been fetched (says how).
+    """
+    text = str(pset)
+    if text.lower() in BENCHMARKS and not Path(text).exists():
+        bench = BENCHMARKS[text.lower()]
+        path = bench.local_path()
+        if not (path / ".rcb-verified").is_file():
+            raise MissingTaskFileError(
+                f"{bench.name} is not here yet: run `rcb-env get {bench.name}`", file=path
+            )
+        return path, bench
+    path = Path(text).expanduser().resolve()
+    for bench in BENCHMARKS.values():  # a path to a fetched copy is the benchmark too
+        if path == bench.local_path().resolve():
+            return path, bench
+    return path, None
