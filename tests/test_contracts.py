@@ -84,7 +84,9 @@ class ToySource(TaskSource):
     def detect(cls, root: Path) -> bool:
         return (root / "toy.json").is_file()
 
-    def load(self, root: Path, *, papers: set[str] | None = None) -> Pset:
+    def load(
+        self, root: Path, *, papers: set[str] | None = None, overlay: Path | None = None
+    ) -> Pset:
         manifest = json.loads((root / "toy.json").read_text())
         loaded = []
         for entry in manifest["papers"]:

@@ -259,7 +259,9 @@ def test_the_sandboxs_own_memory_limit_is_the_candidates_failure(
     result = grader.grade(adamw, snippet, body)
     assert result.outcome is Outcome.FAILED
     assert result.kind is FailureKind.MEMORY_LIMIT
-    assert executor.runs == 1
+    # the attempt, then one run of the pristine paper: a failing candidate is scored only where
+    # the paper's own reference passes
+    assert executor.runs == 2
 
 
 # --- the Docker engine goes away during a run ---------------------------------------------------

@@ -362,7 +362,9 @@ def test_before_the_tests_run_tested_code_cannot_reach_the_answer(
         f'"""Tiny maths library."""\nimport subprocess\n\nLEAK = {leak}\n',
     )
     paper = _paper(tmp_path, **{"stats.py": code})
-    g = Grader(GradingConfig(python=Path(sys.executable), timeout_s=30), scratch=tmp_path)
+    # The leak sits in the paper's own file, so the pristine paper fails too: score it anyway.
+    cfg = GradingConfig(python=Path(sys.executable), timeout_s=30, require_pristine=False)
+    g = Grader(cfg, scratch=tmp_path)
     s = paper.snippet("variance")
     r = g.grade(paper, s, s.reference_body)
     assert r.outcome is Outcome.FAILED

@@ -62,7 +62,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             repository="https://github.com/PatrickHua/ResearchCodeBench.git",
             commit="db3d16d94cfa6b6785bef6f1db0263edfe6f1d34",
             folder="pset",
-            tree_hash="faf9d4eae0e631425aa99300f77e590f7be63e7456986e3afb03b1ed34c98e08",
+            tree_hash="3e3905ec7d570d9bbc39c6903b041f2abc0f6e3ca5c8f7306f5ec3864320da26",
             overlay="researchcodebench.yaml",
             results="outputs/20llms_greedy/2025-05-12-17-13-20/overall_stats.json",
         ),

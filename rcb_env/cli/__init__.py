@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import sys
 
-from rcb_env.cli import audit, conformance, eval, hacks, images, results, tasks, validate
+from rcb_env.cli import (
+    audit,
+    benchmark,
+    conformance,
+    eval,
+    hacks,
+    images,
+    results,
+    tasks,
+    validate,
+)
 from rcb_env.cli._app import EXIT_ERROR, cli, err
 from rcb_env.errors import RcbError
 
 __all__ = ["cli", "main"]
-_COMMANDS = (audit, conformance, eval, hacks, images, results, tasks, validate)  # registered
+_COMMANDS = (audit, benchmark, conformance, eval, hacks, images, results, tasks, validate)
 
 
 def main() -> None:

@@ -48,8 +48,8 @@ for _console in (out, err):
         _console.width = 140
 
 
-def _load(pset: Path | None, papers: tuple[str, ...], snippets: tuple[str, ...] = ()) -> Pset:
-    root = pset if pset is not None else loader.bundled_root()
+def _load(pset: str | None, papers: tuple[str, ...], snippets: tuple[str, ...] = ()) -> Pset:
+    root: str | Path = pset if pset is not None else loader.bundled_root()
     loaded = loader.load(root, papers=set(papers) if papers else None)
     try:
         return select_snippets(loaded, snippets)
@@ -101,8 +101,8 @@ def _print_failures(p: Pset) -> None:
 
 pset_option = click.option(
     "--pset",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="A pset root (papers.yaml + paper folders) or one paper folder. Default: bundled tasks.",
+    help="A benchmark's name (researchcodebench: its copy from `rcb-env get`), a pset root "
+    "(papers.yaml + paper folders) or one paper folder. Default: the bundled tasks.",
 )
 paper_option = click.option(
     "--paper", "papers", multiple=True, help="Only this paper (repeatable)."

@@ -40,7 +40,7 @@ from rcb_env.sandbox import BackendName, SandboxFactory
     "for the bundled tasks).",
 )
 def audit_cmd(
-    pset: Path | None,
+    pset: str | None,
     papers: tuple[str, ...],
     sandbox: BackendName,
     cgroup_limits: str | None,

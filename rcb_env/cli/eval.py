@@ -8,6 +8,7 @@ from typing import Literal
 
 import click
 
+from rcb_env import envs
 from rcb_env.agent import model_settings
 from rcb_env.cli._app import (
     EXIT_UNSCORED,
@@ -19,6 +20,7 @@ from rcb_env.cli._app import (
     base_option,
     cgroup_option,
     cli,
+    err,
     out,
     paper_option,
     pset_option,
@@ -30,7 +32,17 @@ from rcb_env.grading.grader import GradingConfig
 from rcb_env.results.render import print_summary
 from rcb_env.runner import BudgetConfig, EvalConfig, new_run_dir, run_eval
 from rcb_env.sandbox import BackendName
+from rcb_env.task.models import Pset
 from rcb_env.tools.toolbox import Feedback
+
+
+def _unavailable(pset: Pset) -> list[tuple[str, str]]:
+    left = []
+    for p in pset.papers:
+        a = envs.availability(p)
+        if a.status != "ready":
+            left.append((p.id, a.reason))
+    return left
 
 
 @cli.command(name="eval")
@@ -85,7 +97,7 @@ from rcb_env.tools.toolbox import Feedback
 @click.option("--logprobs", is_flag=True, help="Ask the server for token log-probabilities.")
 def eval_cmd(
     agent: str,
-    pset: Path | None,
+    pset: str | None,
     papers: tuple[str, ...],
     snippets: tuple[str, ...],
     jobs: int,
@@ -117,6 +129,8 @@ def eval_cmd(
     """Run an agent on every snippet; records go to runs/<id>/episodes.jsonl."""
     loaded = _load(pset, papers, snippets)
     _print_failures(loaded)
+    for paper, why in _unavailable(loaded):
+        err.print(f"left out {paper}: {why}", highlight=False, soft_wrap=True)
     model_cfg = None
     if model is not None:
         model_cfg = model_settings(

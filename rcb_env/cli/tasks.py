@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
-from pathlib import Path
 from typing import get_args
 
 import click
@@ -46,7 +45,7 @@ from rcb_env.task.selection import select_papers
 @click.option("--tree", is_flag=True, help="Show every snippet with its nesting and weight.")
 @click.option("--json", "as_json", is_flag=True, help="Print the loaded specs as JSON.")
 def tasks(
-    pset: Path | None,
+    pset: str | None,
     papers: tuple[str, ...],
     after: dt.datetime | None,
     before: dt.datetime | None,

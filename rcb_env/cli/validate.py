@@ -20,6 +20,7 @@ from rcb_env.cli._app import (
     pset_option,
 )
 from rcb_env.grading.grader import Grader, GradingConfig
+from rcb_env.runner.eval import runnable
 from rcb_env.validation.render import print_validation
 from rcb_env.validation.validate import planned_runs, validate
 
@@ -33,17 +34,26 @@ from rcb_env.validation.validate import planned_runs, validate
     "--timeout", type=float, help="Seconds per test run (default 300; overlays may raise)."
 )
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--all", "everything", is_flag=True, help="Also run papers that are unavailable here."
+)
 def validate_cmd(
-    pset: Path | None,
+    pset: str | None,
     papers: tuple[str, ...],
     jobs: int,
     repeat: int,
     timeout: float | None,
     json_path: Path | None,
+    everything: bool,
 ) -> None:
-    """Check every snippet: reference passes; masked and `pass` versions fail."""
+    """Check every snippet: reference passes; masked and `pass` versions fail. Papers that
+    cannot run in this installation are listed with the reason and not run (--all runs them)."""
     loaded = _load(pset, papers)
     _print_failures(loaded)
+    if not everything:
+        loaded, totals = runnable(loaded)
+        for u in totals.unavailable:
+            out.print(f"unavailable {u.paper}: {u.reason}", highlight=False, soft_wrap=True)
     cfg = GradingConfig() if timeout is None else GradingConfig(timeout_s=timeout)
     grader = Grader(cfg)
     with _progress("validating") as progress:

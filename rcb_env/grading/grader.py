@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt, wait_none
 
-from rcb_env import config
+from rcb_env import config, envs
 from rcb_env.errors import GradingError, SandboxError
 from rcb_env.grading.models import FailureKind, GradeResult, Outcome
 from rcb_env.grading.report import read_report
@@ -59,10 +59,18 @@ class GradingConfig(BaseModel):
     verify_infra: bool = True
     """Before calling a failure infrastructure, check that the pristine paper passes here; if it
     does, the environment is fine and the failure is the candidate's."""
+    require_pristine: bool = True
+    """A candidate that fails is scored only if the pristine paper passes in this environment;
+    if the paper's own reference fails here (a download at test time, a missing package), the
+    failure is the environment's: ``infra_error`` / ``reference_fails``, never a 0."""
     kill_retries: int = Field(default=2, ge=0)
     """Extra runs after a run was killed from outside (a signal neither rcb-env nor the sandbox's
     limits sent, or the host's OOM killer). Such kills are usually transient; one that repeats
     on every attempt while the pristine paper passes is the candidate's own doing."""
+
+
+_health: dict[tuple[str, ...], GradeResult] = {}
+_health_lock = threading.Lock()
 
 
 class Grader:
@@ -80,11 +88,11 @@ class Grader:
         self.executor: Executor = executor or LocalExecutor(
             output_limit=self.config.output_limit, scratch=self.scratch
         )
-        # An executor that brings its own interpreter (a container image) decides; else ours.
+        # An executor that brings its own interpreter (a container image) decides; else the
+        # configured one; else each paper's task environment (rcb_env.envs).
         own = self.executor.interpreter
-        self.python = Path(own) if own else (self.config.python or config.task_python())
+        self.python: Path | None = Path(own) if own else self.config.python
         self._expected: dict[str, tuple[str, ...]] = {}
-        self._health: dict[str, GradeResult] = {}
         self._lock = threading.Lock()
 
     def expected(self, paper: Paper) -> tuple[str, ...]:
@@ -107,6 +115,7 @@ class Grader:
             GradingError: the copy could not be prepared (disk full, pristine tree unreadable).
         """
         result = self._attempts(paper, snippet, body)
+        health: GradeResult | None = None
         verify = (
             result.is_infra_error
             and self.config.verify_infra
@@ -129,19 +138,46 @@ class Grader:
                         "environment, so this is the candidate's failure)",
                     }
                 )
+        if result.outcome is Outcome.FAILED and self.config.require_pristine:
+            health = health or self.pristine_health(paper)
+            if not health.passed:
+                result = result.model_copy(
+                    update={
+                        "outcome": Outcome.INFRA_ERROR,
+                        "kind": FailureKind.REFERENCE_FAILS,
+                        "detail": "the paper's own reference does not pass in this environment "
+                        f"({health.kind.value}: {health.detail[:300]}), so a failing candidate "
+                        f"is not scored here (the candidate: {result.detail[:300]})",
+                    }
+                )
         log.debug("graded", snippet=snippet.id, outcome=result.outcome, kind=result.kind)
         return result
 
+    def _health_key(self, paper: Paper) -> tuple[str, ...]:
+        image = str(getattr(self.executor, "image", ""))
+        return (
+            str(paper.root),
+            paper.id,
+            str(self.python or ""),
+            type(self.executor).__name__,
+            image,
+            str(self.config.timeout_s),
+        )
+
     def pristine_health(self, paper: Paper) -> GradeResult:
-        """Grade the untouched paper once (cached): does its reference pass in this environment?"""
-        with self._lock:
-            cached = self._health.get(paper.id)
+        """Grade the untouched paper: does its reference pass in this environment? A pass or a
+        failure is remembered for this process (every grader of the same paper, interpreter and
+        executor kind shares it); an infrastructure verdict is not (it may be transient)."""
+        key = self._health_key(paper)
+        with _health_lock:
+            cached = _health.get(key)
         if cached is not None:
             return cached
         first = paper.snippets[0]
         result = self._attempts(paper, first, first.reference_body)
-        with self._lock:
-            self._health[paper.id] = result
+        if not result.is_infra_error:
+            with _health_lock:
+                _health[key] = result
         return result
 
     def _attempts(self, paper: Paper, snippet: Snippet, body: str) -> GradeResult:
@@ -174,6 +210,16 @@ class Grader:
 
     def _run(self, paper: Paper, snippet: Snippet, body: str) -> GradeResult:
         expected = self.expected(paper)
+        try:
+            python = self.python or envs.python_for(paper)
+        except SandboxError as exc:
+            return GradeResult(
+                snippet_id=snippet.id,
+                outcome=Outcome.INFRA_ERROR,
+                kind=FailureKind.SANDBOX,
+                detail=str(exc),
+                official_pass=False,
+            )
         workdir = scratch_dirs.make("rcb-grade-", self.scratch)
         try:
             folder = workdir / paper.slug
@@ -194,7 +240,7 @@ class Grader:
             mb = 1024 * 1024
             timeout = self.timeout_for(paper)
             argv = [
-                str(self.python),
+                str(python),
                 str(rcb / "runner.py"),
                 paper.test_file,
                 str(report),
@@ -209,7 +255,7 @@ class Grader:
                 run = self.executor.run(
                     argv,
                     cwd=folder,
-                    env=self._env(workdir),
+                    env=self._env(workdir, python),
                     timeout_s=timeout,
                     needles=OFFICIAL_ERROR_WORDS,
                     writable=workdir,
@@ -247,9 +293,9 @@ class Grader:
         finally:
             scratch_dirs.discard(workdir)
 
-    def _env(self, workdir: Path) -> Mapping[str, str]:
+    def _env(self, workdir: Path, python: Path) -> Mapping[str, str]:
         threads = str(self.config.threads)
-        path = os.pathsep.join([str(Path(self.python).parent), os.environ.get("PATH", os.defpath)])
+        path = os.pathsep.join([str(python.parent), os.environ.get("PATH", os.defpath)])
         env = {
             "PATH": path,
             "HOME": str(workdir / "home"),

@@ -49,6 +49,9 @@ class FailureKind(StrEnum):
     """Infra: the test process was killed by a signal that neither rcb-env nor the sandbox's
     limits sent (an operator, a dying sandbox, the host), on every attempt, and the pristine
     paper is killed too. Retried first; see :attr:`GradingConfig.kill_retries`."""
+    REFERENCE_FAILS = "reference_fails"
+    """Infra: the candidate failed, and so does the paper's own reference in this environment
+    (e.g. it downloads weights at test time with no network): not scored."""
     HOST_OOM = "host_oom"
     """Infra: the kernel's OOM killer killed the test process although the sandbox's own memory
     limit was not reached, i.e. memory ran out outside the sandbox. Retried first."""

@@ -31,7 +31,9 @@ def print_summary(out: Console, s: Summary, title: str) -> None:
         row(pid, rates)
     if s.overall is not None:
         table.add_section()
-        row("overall", s.overall)
+        row("overall (runnable set)" if s.totals and s.totals.unavailable else "overall", s.overall)
+    if s.full is not None and s.totals is not None and s.totals.unavailable:
+        row(f"full {s.totals.name or 'benchmark'}", s.full)
     out.print(table)
     out.print(
         f"infrastructure errors (excluded from the rates): {s.infra_errors}"
@@ -40,6 +42,29 @@ def print_summary(out: Console, s: Summary, title: str) -> None:
         highlight=False,
         soft_wrap=True,
     )
+    if s.totals is not None and s.totals.unavailable:
+        out.print(print_totals(s), highlight=False, soft_wrap=True)
+
+
+def print_totals(s: Summary) -> str:
+    """Both denominators, labelled, and what was left out of the runnable set."""
+    assert s.totals is not None
+    t = s.totals
+    lines = []
+    if s.overall is not None:
+        lines.append(
+            f"runnable set: {s.overall.snippets} snippets, {s.overall.weight} lines: "
+            f"scaled {s.overall.scaled:.2f} / plain {s.overall.plain:.2f}"
+        )
+    if s.full is not None:
+        lines.append(
+            f"full benchmark{f' ({t.name})' if t.name else ''}: {t.snippets} snippets, "
+            f"{t.weight} lines, unavailable and unscored counted as not passed: "
+            f"scaled {s.full.scaled:.2f} / plain {s.full.plain:.2f}"
+        )
+    for u in t.unavailable:
+        lines.append(f"  left out: {u.paper} ({u.snippets} snippets, {u.weight} lines): {u.reason}")
+    return "\n".join(lines)
 
 
 def print_comparison(out: Console, rows: list[RunRow]) -> None:

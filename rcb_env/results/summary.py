@@ -9,12 +9,14 @@ from numerator and denominator, and counted.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import defaultdict
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from rcb_env.results.records import EpisodeRecord, final_records
+from rcb_env.results.records import EpisodeRecord, final_records, read_records
 
 
 class Rates(BaseModel):
@@ -36,6 +38,30 @@ class Rates(BaseModel):
     """Mean passed line weight per sample."""
 
 
+class Unavailable(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    paper: str
+    reason: str
+    snippets: int
+    weight: int
+
+
+class Totals(BaseModel):
+    """The whole benchmark a run was drawn from, including what could not run here."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str | None = None
+    """The named benchmark, if any."""
+    snippets: int
+    """Every snippet of the benchmark (of the selected papers)."""
+    weight: int
+    """Their line weights."""
+    unavailable: tuple[Unavailable, ...] = ()
+    """Papers left out because they cannot run in this installation, with why."""
+
+
 class Summary(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -48,6 +74,11 @@ class Summary(BaseModel):
     """Final records that failed for infrastructure reasons and are excluded."""
     infra_by_cause: dict[str, int]
     truncated: int
+    totals: Totals | None = None
+    """The full benchmark, when the run recorded it."""
+    full: Rates | None = None
+    """Rates over the full benchmark: unavailable snippets and unscored (infrastructure)
+    episodes count as not passed. ``overall`` is over the runnable set."""
 
 
 def _rates(by_sample: dict[int, list[EpisodeRecord]]) -> Rates | None:
@@ -79,7 +110,29 @@ def _rates(by_sample: dict[int, list[EpisodeRecord]]) -> Rates | None:
     )
 
 
-def summarize(records: list[EpisodeRecord]) -> Summary:
+def _full_rates(by_sample: dict[int, list[EpisodeRecord]], totals: Totals) -> Rates | None:
+    scaled, plain, passed, passed_w = [], [], [], []
+    for k in sorted(by_sample):
+        good = [r for r in by_sample[k] if r.passed]
+        scaled.append(100.0 * sum(r.weight for r in good) / totals.weight if totals.weight else 0)
+        plain.append(100.0 * len(good) / totals.snippets if totals.snippets else 0.0)
+        passed.append(len(good))
+        passed_w.append(sum(r.weight for r in good))
+    if not scaled:
+        return None
+    return Rates(
+        scaled=statistics.fmean(scaled),
+        scaled_std=statistics.pstdev(scaled),
+        plain=statistics.fmean(plain),
+        plain_std=statistics.pstdev(plain),
+        snippets=totals.snippets,
+        passed=statistics.fmean(passed),
+        weight=totals.weight,
+        passed_weight=statistics.fmean(passed_w),
+    )
+
+
+def summarize(records: list[EpisodeRecord], totals: Totals | None = None) -> Summary:
     final = list(final_records(records).values())
     overall: dict[int, list[EpisodeRecord]] = defaultdict(list)
     papers: dict[str, dict[int, list[EpisodeRecord]]] = defaultdict(lambda: defaultdict(list))
@@ -99,4 +152,18 @@ def summarize(records: list[EpisodeRecord]) -> Summary:
         infra_errors=sum(causes.values()),
         infra_by_cause=dict(causes),
         truncated=sum(1 for r in final if r.status == "truncated"),
+        totals=totals,
+        full=_full_rates(overall, totals) if totals is not None else None,
     )
+
+
+def summarize_run(run_dir: Path) -> Summary:
+    """The summary of a run folder: its final records, and the full benchmark's totals from
+    its ``run.json`` when it recorded them."""
+    totals = None
+    manifest = run_dir / "run.json"
+    if manifest.is_file():
+        data = json.loads(manifest.read_text())
+        if data.get("benchmark"):
+            totals = Totals.model_validate(data["benchmark"])
+    return summarize(read_records(run_dir / "episodes.jsonl"), totals)

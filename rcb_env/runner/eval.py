@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from rcb_env import envs
 from rcb_env.agent import Agent, AgentFactory, MeteredAgent, agent_factory
 from rcb_env.episode.env import EnvConfig, RcbEnv
 from rcb_env.episode.outcome import EpisodeOutcome
@@ -30,7 +31,7 @@ from rcb_env.results.records import (
     read_records,
     write_json_atomic,
 )
-from rcb_env.results.summary import Summary, summarize
+from rcb_env.results.summary import Summary, Totals, Unavailable, summarize_run
 from rcb_env.sandbox import SandboxConfig, SandboxFactory
 from rcb_env.task.models import Paper, Pset, Snippet
 from rcb_env.tools.actions import tool_specs
@@ -200,7 +201,33 @@ def new_run_dir(runs_root: Path) -> Path:
     return runs_root / f"{stamp}-{secrets.token_hex(3)}"
 
 
-def _manifest(run_id: str, cfg: EvalConfig, pset: Pset) -> dict[str, Any]:
+def runnable(pset: Pset) -> tuple[Pset, Totals]:
+    """The papers that can run in this installation (:func:`rcb_env.envs.availability`), and
+    the totals of the whole selection with what was left out and why."""
+    ready, left_out = [], []
+    for paper in pset.papers:
+        a = envs.availability(paper)
+        if a.status == "ready":
+            ready.append(paper)
+        else:
+            left_out.append(
+                Unavailable(
+                    paper=paper.id,
+                    reason=a.reason,
+                    snippets=len(paper.snippets),
+                    weight=paper.total_weight,
+                )
+            )
+    totals = Totals(
+        name=pset.benchmark,
+        snippets=len(pset.snippets),
+        weight=sum(s.weight for s in pset.snippets),
+        unavailable=tuple(left_out),
+    )
+    return pset.model_copy(update={"papers": tuple(ready)}), totals
+
+
+def _manifest(run_id: str, cfg: EvalConfig, pset: Pset, totals: Totals) -> dict[str, Any]:
     tasks = sorted(f"{s.id}@{task_hash(s)}" for s in pset.snippets)
     return {
         "schema_version": RUN_SCHEMA,
@@ -210,6 +237,7 @@ def _manifest(run_id: str, cfg: EvalConfig, pset: Pset) -> dict[str, Any]:
         "config": cfg.model_dump(mode="json"),
         "tasks": tasks,
         "task_set_hash": hashlib.sha256("\n".join(tasks).encode()).hexdigest()[:16],
+        "benchmark": totals.model_dump(mode="json"),
     }
 
 
@@ -225,6 +253,7 @@ def run_eval(
     infra_retries: int = 1,
     retry_delay_s: float = 5.0,
     make_agent: AgentFactory | None = None,
+    only_ready: bool = True,
 ) -> Summary:
     """Run every (snippet, sample) not yet finished in ``run_dir`` and return the summary.
 
@@ -234,17 +263,29 @@ def run_eval(
     record of each episode is the one that counts, and what still failed is excluded from the
     rates and counted.
 
+    With ``only_ready`` (the default) only the papers that can run in this installation run
+    (:func:`runnable`); the run records the whole selection's totals and what was left out, so
+    that its summary gives rates over the runnable set and over the full benchmark.
+
     ``make_agent`` builds each episode's agent; by default ``cfg.agent`` is resolved by name
     (:func:`rcb_env.agent.agent_factory`).
 
     Raises:
         ConfigError: resuming with a different agent, configuration or task set.
     """
+    if only_ready:
+        pset, totals = runnable(pset)
+    else:
+        totals = Totals(
+            name=pset.benchmark,
+            snippets=len(pset.snippets),
+            weight=sum(s.weight for s in pset.snippets),
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     manifest_path = run_dir / RUN_FILE
     if resume and manifest_path.exists():
         old = json.loads(manifest_path.read_text())
-        new = _manifest(old["run_id"], cfg, pset)
+        new = _manifest(old["run_id"], cfg, pset, totals)
         for key in ("config", "task_set_hash"):
             if old.get(key) != new[key]:
                 raise ConfigError(
@@ -256,7 +297,7 @@ def run_eval(
         if manifest_path.exists() and not resume:
             raise ConfigError(f"{run_dir} already holds a run; pass --resume to continue it")
         run_id = run_dir.name
-        write_json_atomic(manifest_path, _manifest(run_id, cfg, pset))
+        write_json_atomic(manifest_path, _manifest(run_id, cfg, pset, totals))
 
     records_path = run_dir / RECORDS
     done = {
@@ -311,4 +352,4 @@ def run_eval(
     finally:
         writer.close()
         factory.close()
-    return summarize(read_records(records_path))
+    return summarize_run(run_dir)

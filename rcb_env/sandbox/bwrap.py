@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from rcb_env import config as settings
+from rcb_env import envs
 from rcb_env.errors import SandboxError
 from rcb_env.sandbox import cgroups
 from rcb_env.sandbox.backend import Backend
@@ -291,11 +292,17 @@ class BwrapBackend(Backend):
     def probe(cls) -> str | None:
         return probe()
 
+    def _for(self, paper: Paper) -> SandboxConfig:
+        """The config with the paper's interpreter, bound read-only into its sandboxes."""
+        if self.config.python is not None:
+            return self.config
+        return self.config.model_copy(update={"python": envs.python_for(paper)})
+
     def create(self, template: Path, paper: Paper) -> Sandbox:
-        return BwrapSandbox(template, self.config, self.scratch)
+        return BwrapSandbox(template, self._for(paper), self.scratch)
 
     def grading_executor(self, paper: Paper) -> Executor:
-        return BwrapExecutor(self.config, self.scratch)
+        return BwrapExecutor(self._for(paper), self.scratch)
 
     def sandbox_uids(self) -> set[int]:
         identity = _identity(self.config.user)

@@ -175,23 +175,61 @@ def _read_overlay(path: Path, *, key: str | None = None) -> Overlay | None:
     if not path.is_file():
         return None
     data = _read_yaml(path)
+    environments: Mapping[str, Any] = {}
     if key is not None:
         papers = (data or {}).get("papers", {}) if isinstance(data, Mapping) else None
         if not isinstance(papers, Mapping):
             raise MetadataError("pset overlay needs a 'papers:' mapping", file=path)
+        environments = data.get("environments") or {}
+        if not isinstance(environments, Mapping):
+            raise MetadataError("'environments:' must map names to requirement lists", file=path)
         data = papers.get(key)
         if data is None:
             return None
     if not isinstance(data, Mapping):
         raise MetadataError("overlay must be a mapping", file=path)
+    fields = {k: _plain(v) for k, v in data.items()}
+    env = fields.get("environment")
+    if env is not None:
+        if env not in environments:
+            raise MetadataError(
+                f"paper {key}: environment {env!r} is not defined under 'environments:'",
+                file=path,
+                line=_line_of(data, "environment"),
+            )
+        definition = _plain(environments[env])
+        if isinstance(definition, dict):  # {requirements: [...], standins: [...]}
+            fields.setdefault("requirements", definition.get("requirements", ()))
+            fields.setdefault("standins", definition.get("standins", ()))
+        else:
+            fields.setdefault("requirements", definition)
     try:
-        return Overlay.model_validate(
-            {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-        )
+        return Overlay.model_validate(fields)
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
-        raise MetadataError(f"invalid overlay field {field!r}: {first['msg']}", file=path) from None
+        raise MetadataError(
+            f"invalid overlay field {field!r}: {first['msg']}",
+            file=path,
+            line=_line_of(data, str(first["loc"][0])),
+        ) from None
+
+
+def _plain(value: Any) -> Any:
+    """ruamel.yaml's containers as tuples and dicts (the frozen models take tuples)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return tuple(_plain(v) for v in value)
+    return value
+
+
+def _line_of(data: Any, key: str) -> int | None:
+    lc = getattr(data, "lc", None)
+    try:
+        return int(lc.key(key)[0]) + 1 if lc is not None else None
+    except (KeyError, TypeError):
+        return None
 
 
 def _merge(base: Overlay | None, top: Overlay | None) -> Overlay:
@@ -340,7 +378,7 @@ def _entry_lines(data: Any) -> list[int | None]:
     return []
 
 
-def load_pset(root: Path, *, papers: set[str] | None = None) -> Pset:
+def load_pset(root: Path, *, papers: set[str] | None = None, overlay: Path | None = None) -> Pset:
     """Load a pset root. Papers that fail are returned in ``failures``; the rest load.
 
     Raises:
@@ -354,7 +392,7 @@ def load_pset(root: Path, *, papers: set[str] | None = None) -> Pset:
     if not isinstance(data, list):
         raise MetadataError("papers.yaml must be a list of papers", file=yaml_path, line=1)
     lines = _entry_lines(data)
-    pset_overlay = root / OVERLAY_FILE
+    pset_overlay = overlay if overlay is not None else root / OVERLAY_FILE
     loaded: list[Paper] = []
     failures: list[LoadFailure] = []
     seen_ids: set[str] = set()
@@ -375,8 +413,8 @@ def load_pset(root: Path, *, papers: set[str] | None = None) -> Pset:
                     f"paper id {meta.id!r} is listed twice", file=yaml_path, line=line
                 )
             seen_ids.add(meta.id)
-            overlay = _read_overlay(pset_overlay, key=meta.id)
-            loaded.append(load_paper(root / meta.id, meta, overlay, meta_source=where))
+            settings = _read_overlay(pset_overlay, key=meta.id)
+            loaded.append(load_paper(root / meta.id, meta, settings, meta_source=where))
         except TaskLoadError as exc:
             failures.append(_failure(meta.id, exc))
     if papers is not None:
@@ -426,15 +464,19 @@ def load_lone_paper(folder: Path) -> Paper:
 
 
 def load(path: Path | str, *, papers: set[str] | None = None, source: str | None = None) -> Pset:
-    """Load a task folder with the named task source, or the one whose layout it is.
+    """Load a named benchmark (``researchcodebench``: its fetched copy, with rcb-env's overlay)
+    or a task folder, with the named task source or the one whose layout it is.
 
     Raises:
-        MissingTaskFileError: no registered source recognises the folder.
+        MissingTaskFileError: a benchmark not fetched yet, or a folder no source recognises.
         ConfigError: ``source`` names no registered source.
     """
+    from rcb_env.catalog import resolve
     from rcb_env.task.source import detect_source, get_source
 
-    root = Path(path).expanduser().resolve()
+    root, bench = resolve(path)
+    if source is None and bench is not None:
+        source = bench.source
     found = get_source(source) if source is not None else detect_source(root)
     if found is None:
         raise MissingTaskFileError(
@@ -442,14 +484,21 @@ def load(path: Path | str, *, papers: set[str] | None = None, source: str | None
             f"paper folder ({TEST_FILE})",
             file=root,
         )
-    return found.load(root, papers=papers)
+    overlay = bench.overlay_path() if bench is not None else None
+    pset = found.load(root, papers=papers, overlay=overlay)
+    if bench is not None:
+        pset = pset.model_copy(update={"benchmark": bench.name})
+    return pset
 
 
-def load_paper2code(path: Path, *, papers: set[str] | None = None) -> Pset:
-    """Load a paper2code pset root, or a lone paper folder as a one-paper pset."""
+def load_paper2code(
+    path: Path, *, papers: set[str] | None = None, overlay: Path | None = None
+) -> Pset:
+    """Load a paper2code pset root (with ``overlay`` instead of its own ``rcb-env.yaml``), or a
+    lone paper folder as a one-paper pset."""
     path = path.resolve()
     if (path / PAPERS_YAML).is_file():
-        return load_pset(path, papers=papers)
+        return load_pset(path, papers=papers, overlay=overlay)
     if (path / TEST_FILE).is_file():
         try:
             paper = load_lone_paper(path)

@@ -47,6 +47,17 @@ class PaperMeta(Frozen):
 DateField = Literal["first_commit_date", "arxiv_v1_date", "arxiv_date", "last_commit_date"]
 
 
+class AuditAccepted(Frozen):
+    """A leak-audit finding that is the benchmark's design, not a leak of rcb-env's."""
+
+    path: str
+    """Where the answer's lines are found, relative to the paper folder (gitignore rules)."""
+    kind: Literal["paper_text", "sibling", "vendored", "other"]
+    """What it is: the paper's own text, a sibling file of the repository, a vendored copy."""
+    reason: str
+    """Why the solver may see it."""
+
+
 class Overlay(Frozen):
     """rcb-env's optional per-paper settings (``rcb-env.yaml``); the published format has none."""
 
@@ -58,6 +69,14 @@ class Overlay(Frozen):
     """Why this paper's tests cannot pass on a standard machine (network, missing packages)."""
     requirements: tuple[str, ...] = ()
     """Python requirements of the paper's tests (used to build task environments)."""
+    environment: str | None = None
+    """Name of the pset overlay's requirement set (``environments:``) this paper uses; its
+    requirements become :attr:`requirements`, and ``rcb-env setup`` builds it."""
+    standins: tuple[str, ...] = ()
+    """Import-only stand-in packages (rcb-env's, :mod:`rcb_env.catalog.standins`) installed into
+    the paper's environment for packages that cannot be installed."""
+    audit_accepted: tuple[AuditAccepted, ...] = ()
+    """Leak-audit findings that are part of the benchmark's design, each with its reason."""
 
 
 class Snippet(Frozen):
@@ -195,6 +214,8 @@ class Pset(Frozen):
     """Papers in ``papers.yaml`` order."""
     failures: tuple[LoadFailure, ...] = ()
     """Papers that failed to load, with why."""
+    benchmark: str | None = None
+    """The named benchmark it is (:mod:`rcb_env.catalog`), if any."""
 
     @property
     def snippets(self) -> tuple[Snippet, ...]:

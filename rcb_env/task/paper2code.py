@@ -31,8 +31,10 @@ class Paper2Code(TaskSource):
     def detect(cls, root: Path) -> bool:
         return (root / loader.PAPERS_YAML).is_file() or (root / loader.TEST_FILE).is_file()
 
-    def load(self, root: Path, *, papers: set[str] | None = None) -> Pset:
-        return loader.load_paper2code(root, papers=papers)
+    def load(
+        self, root: Path, *, papers: set[str] | None = None, overlay: Path | None = None
+    ) -> Pset:
+        return loader.load_paper2code(root, papers=papers, overlay=overlay)
 
     def write_workspace(self, paper: Paper, snippet: Snippet, dest: Path) -> None:
         # The snippet's file is masked; every other annotated file loses its marker lines.

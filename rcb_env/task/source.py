@@ -59,8 +59,11 @@ class TaskSource(ABC):
         """Is ``root`` a folder of this layout?"""
 
     @abstractmethod
-    def load(self, root: Path, *, papers: set[str] | None = None) -> Pset:
-        """Every task under ``root`` (only ``papers`` when given).
+    def load(
+        self, root: Path, *, papers: set[str] | None = None, overlay: Path | None = None
+    ) -> Pset:
+        """Every task under ``root`` (only ``papers`` when given), with rcb-env's settings from
+        ``overlay`` when given (a named benchmark's, kept in the project) instead of the tree's.
 
         Raises:
             TaskLoadError: the folder itself is unusable (a bad paper is a ``LoadFailure``).

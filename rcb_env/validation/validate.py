@@ -125,6 +125,12 @@ def validate(
     """Grade every paper's reference ``repeat`` times and every snippet's masked and pass bodies,
     with ``jobs`` gradings in parallel."""
     started: dict[str, float] = {p.id: time.monotonic() for p in pset.papers}
+    # Validation measures the references themselves: raw verdicts, no pristine gate.
+    grader = Grader(
+        grader.config.model_copy(update={"require_pristine": False}),
+        executor=grader.executor,
+        scratch=grader.scratch,
+    )
 
     def run(paper: Paper, snippet: Snippet, body: str, label: str) -> GradeResult:
         result = grader.grade(paper, snippet, body)

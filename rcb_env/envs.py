@@ -1,0 +1,289 @@
+"""Task environments: the interpreters that run each paper's tests.
+
+A paper whose overlay names a requirement set (``environment:`` or ``requirements:`` with
+``environment``) runs under a venv built for exactly that set by ``rcb-env setup`` (shared by
+every paper with the same set, keyed by a content hash, so setup is idempotent and incremental).
+A paper without one runs under the default task interpreter (the installer's task venv).
+``RCB_TASK_PYTHON`` overrides both. bwrap binds the chosen interpreter's venv read-only into the
+paper's sandboxes; grading uses it too.
+
+Whether a paper can run here at all is :func:`availability`: ``ready``, or ``unavailable`` with
+the reason (a known issue of the paper, or its environment not built).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Literal
+
+from rcb_env import config
+from rcb_env._common import Frozen
+from rcb_env.catalog import standins
+from rcb_env.errors import SandboxError
+from rcb_env.task.models import Paper
+
+READY = ".rcb-ready"
+
+
+class EnvironmentMissing(SandboxError):
+    """A paper's task environment has not been built (an infrastructure failure, never a 0)."""
+
+
+class EnvSpec(Frozen):
+    """What one task environment holds."""
+
+    name: str
+    """The requirement set's name in the overlay (``torch``, ``jax``...)."""
+    requirements: tuple[str, ...]
+    """pip requirements, pinned."""
+    standins: tuple[str, ...] = ()
+    """rcb-env's stand-in packages to add."""
+
+    @property
+    def key(self) -> str:
+        """Content hash: requirements, stand-ins' code, and the base interpreter's version."""
+        h = hashlib.sha256()
+        for req in sorted(self.requirements):
+            h.update(req.encode() + b"\n")
+        for name in sorted(self.standins):
+            for f in sorted(standins.path(name).rglob("*.py")):
+                h.update(f.name.encode() + f.read_bytes())
+        h.update(_base_version().encode())
+        return h.hexdigest()[:12]
+
+    @property
+    def folder(self) -> Path:
+        return config.rcb_home() / "envs" / f"{self.name}-{self.key}"
+
+    @property
+    def python(self) -> Path:
+        return self.folder / "bin" / "python"
+
+    @property
+    def built(self) -> bool:
+        return (self.folder / READY).is_file()
+
+
+def base_python() -> Path:
+    """The interpreter venvs are made from: the system's Python 3 (readable by the sandbox
+    user, unlike an interpreter under /root), else this one."""
+    system = Path("/usr/bin/python3")
+    return system if system.exists() else Path(sys.executable)
+
+
+def _base_version() -> str:
+    run = subprocess.run(
+        [str(base_python()), "-c", "import sys; print(sys.version.split()[0])"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return run.stdout.strip()
+
+
+def spec_for(paper: Paper) -> EnvSpec | None:
+    """The environment the paper's overlay asks for, or None (the default task interpreter)."""
+    overlay = paper.overlay
+    if overlay.environment is None:
+        return None
+    return EnvSpec(
+        name=overlay.environment, requirements=overlay.requirements, standins=overlay.standins
+    )
+
+
+def python_for(paper: Paper | None) -> Path:
+    """The interpreter that runs ``paper``'s tests here.
+
+    Raises:
+        EnvironmentMissing: the paper needs an environment that has not been built.
+    """
+    explicit = config.settings().task_python
+    if explicit is not None and str(explicit):
+        return explicit
+    spec = spec_for(paper) if paper is not None else None
+    if spec is None:
+        return config.task_python()
+    if not spec.built:
+        raise EnvironmentMissing(
+            f"paper {paper.id if paper else '?'} needs the task environment {spec.name!r} "
+            f"({spec.folder}): run `rcb-env setup` with the same --pset first"
+        )
+    return spec.python
+
+
+class Availability(Frozen):
+    paper: str
+    status: Literal["ready", "unavailable"]
+    reason: str = ""
+    environment: str | None = None
+    """The environment's name (None: the default task interpreter)."""
+
+
+def availability(paper: Paper) -> Availability:
+    """Can ``paper`` run in this installation (bwrap or local)?"""
+    spec = spec_for(paper)
+    env = spec.name if spec is not None else None
+    if paper.overlay.known_issue:
+        return Availability(
+            paper=paper.id, status="unavailable", reason=paper.overlay.known_issue, environment=env
+        )
+    explicit = config.settings().task_python
+    if spec is not None and not spec.built and not (explicit is not None and str(explicit)):
+        return Availability(
+            paper=paper.id,
+            status="unavailable",
+            reason=f"its environment {spec.name!r} is not built (rcb-env setup)",
+            environment=env,
+        )
+    return Availability(paper=paper.id, status="ready", environment=env)
+
+
+class BuildReport(Frozen):
+    name: str
+    folder: str
+    papers: tuple[str, ...]
+    built: bool
+    """True if it was built now, False if it was already there (or failed)."""
+    ok: bool
+    seconds: float = 0.0
+    bytes: int = 0
+    error: str = ""
+
+
+def disk_use(folder: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                total += os.path.getsize(path)
+    return total
+
+
+def build(spec: EnvSpec, log: Callable[[str], None] = lambda _l: None) -> tuple[bool, str]:
+    """Build ``spec``'s venv (atomically: a failed build leaves nothing). Returns (ok, error)."""
+    dest = spec.folder
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # A venv records its own path: it is built where it will live, and removed if it fails.
+    if dest.exists():
+        shutil.rmtree(dest)
+    try:
+        run = subprocess.run(
+            [str(base_python()), "-m", "venv", str(dest)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if run.returncode != 0:
+            return False, f"venv: {run.stderr.strip()[-2000:]}"
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as req:
+            req.write("\n".join(spec.requirements) + "\n")
+        log(f"{spec.name}: pip install {len(spec.requirements)} requirements")
+        run = subprocess.run(
+            [
+                str(spec.python),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-r",
+                req.name,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        os.unlink(req.name)
+        if run.returncode != 0:
+            lines = [ln for ln in run.stderr.splitlines() if "is ignored: it is neither" not in ln]
+            return False, "pip: " + "\n".join(lines)[-3000:]
+        site = subprocess.run(
+            [str(spec.python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for name in spec.standins:
+            shutil.copytree(
+                standins.path(name),
+                Path(site) / name,
+                ignore=shutil.ignore_patterns("__pycache__"),
+            )
+        freeze = subprocess.run(
+            [str(spec.python), "-m", "pip", "freeze"], capture_output=True, text=True, check=False
+        ).stdout
+        (dest / READY).write_text(
+            json.dumps(
+                {
+                    "name": spec.name,
+                    "requirements": list(spec.requirements),
+                    "standins": list(spec.standins),
+                    "freeze": freeze.splitlines(),
+                },
+                indent=1,
+            )
+        )
+        subprocess.run(["chmod", "-R", "a+rX", str(dest)], check=False)
+        return True, ""
+    finally:
+        if not (dest / READY).is_file() and dest.exists():
+            shutil.rmtree(dest, ignore_errors=True)
+
+
+def setup(
+    papers: Iterable[Paper],
+    *,
+    jobs: int = 1,
+    log: Callable[[str], None] = lambda _l: None,
+    on_done: Callable[[BuildReport], None] | None = None,
+) -> list[BuildReport]:
+    """Build every environment these papers need that is not built yet (one per requirement
+    set; papers with identical sets share it). Papers with a known issue are skipped; a failed
+    build is reported with pip's error and the others still build."""
+    by_spec: dict[EnvSpec, list[str]] = {}
+    for paper in papers:
+        spec = spec_for(paper)
+        if spec is not None and not paper.overlay.known_issue:
+            by_spec.setdefault(spec, []).append(paper.id)
+
+    def one(item: tuple[EnvSpec, list[str]]) -> BuildReport:
+        spec, ids = item
+        if spec.built:
+            report = BuildReport(
+                name=spec.name,
+                folder=str(spec.folder),
+                papers=tuple(ids),
+                built=False,
+                ok=True,
+                bytes=disk_use(spec.folder),
+            )
+        else:
+            t0 = time.monotonic()
+            ok, error = build(spec, log)
+            report = BuildReport(
+                name=spec.name,
+                folder=str(spec.folder),
+                papers=tuple(ids),
+                built=ok,
+                ok=ok,
+                seconds=round(time.monotonic() - t0, 1),
+                bytes=disk_use(spec.folder) if ok else 0,
+                error=error,
+            )
+        if on_done is not None:
+            on_done(report)
+        return report
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, by_spec.items()))
