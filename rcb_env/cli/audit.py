@@ -36,8 +36,7 @@ from rcb_env.sandbox import BackendName, SandboxFactory
 @click.option(
     "--control/--no-control",
     default=None,
-    help="Also audit the bundled canary task, whose seeded leak must be found (default: on "
-    "for the bundled tasks).",
+    help="Also audit the bundled canary task, whose seeded leak must be found (default: on).",
 )
 def audit_cmd(
     pset: str | None,
@@ -67,15 +66,28 @@ def audit_cmd(
                 factory,
                 on_done=lambda sid: progress.update(bar, advance=1, description=sid),
             )
-        if control if control is not None else pset is None:
+        if control is not False:
             controlled = leak_audit.control(factory)
     finally:
         factory.close()
-    for f in findings:
+    leaks = [f for f in findings if f.accepted is None]
+    for f in leaks:
         out.print(
-            f"[red]leak[/red] {f.snippet_id}: {f.path}: {f.line}", highlight=False, soft_wrap=True
+            f"[red]leak[/red] ({f.kind}) {f.snippet_id}: {f.path}: {f.line}",
+            highlight=False,
+            soft_wrap=True,
         )
-    out.print(f"{len(findings)} findings over {len(loaded.snippets)} snippets", highlight=False)
+    by_design: dict[tuple[str, str], int] = {}
+    for f in findings:
+        if f.accepted is not None:
+            by_design[(f.path, f.accepted)] = by_design.get((f.path, f.accepted), 0) + 1
+    for (path, why), n in sorted(by_design.items()):
+        out.print(f"by design: {path} ({n} answer lines): {why}", highlight=False, soft_wrap=True)
+    out.print(
+        f"{len(leaks)} findings over {len(loaded.snippets)} snippets"
+        + (f" ({len(findings) - len(leaks)} more are the benchmark's design)" if by_design else ""),
+        highlight=False,
+    )
     if json_path is not None:
         json_path.write_text(leak_audit.findings_json(findings))
     if controlled is not None:
@@ -92,4 +104,4 @@ def audit_cmd(
             f"({len(caught)} answer lines in {leak_audit.CANARY_LEAK})",
             highlight=False,
         )
-    sys.exit(EXIT_FINDINGS if findings else EXIT_OK)
+    sys.exit(EXIT_FINDINGS if leaks else EXIT_OK)

@@ -154,7 +154,10 @@ def scan_file(scanner: Scanner, path: str, dirpath: str, name: str) -> None:
         if os.path.islink(path) or os.path.getsize(path) > (MAX_PACK if is_pack else MAX_FILE):
             return
         with open(path, "rb") as f:
-            data = f.read()
+            head = f.read(8192)
+            if b"\0" in head and not is_pack and not LOOSE.search(path):
+                return  # binary: nothing to read as text (shared libraries, weights)
+            data = head + f.read()
     except OSError:
         return
     if is_pack:
@@ -180,6 +183,9 @@ def main(argv: list[str]) -> None:
     for key, value in os.environ.items():
         scanner.check(value, "$" + key)
     for root in roots:
+        if os.path.isfile(root):
+            scan_file(scanner, root, os.path.dirname(root), os.path.basename(root))
+            continue
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
             for name in filenames:

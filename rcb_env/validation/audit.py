@@ -10,14 +10,21 @@ reports which it found, and where.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
+import io
 import json
+import keyword
 import shutil
+import tokenize
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
+import pathspec
 from pydantic import BaseModel, ConfigDict
 
+from rcb_env import envs
 from rcb_env.sandbox import SandboxFactory
 from rcb_env.task.loader import bundled_root, load_pset
 from rcb_env.task.models import Paper, Pset, Snippet
@@ -28,6 +35,9 @@ MIN_CHARS = 24
 SCANNER_SOURCE = Path(__file__).with_name("_scanner.py")
 
 
+FindingKind = Literal["paper_text", "sibling", "vendored", "environment", "git", "variable"]
+
+
 class Finding(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -36,6 +46,11 @@ class Finding(BaseModel):
     """Where the line was found, as seen from inside the sandbox (``$NAME``: a variable)."""
     line: str
     """The answer line that was found."""
+    kind: FindingKind = "sibling"
+    """What holds it: the paper's own text, a sibling file or a vendored package of the
+    repository, the interpreter's environment, git objects, an environment variable."""
+    accepted: str | None = None
+    """Why this is the benchmark's design (the overlay's ``audit_accepted``), or None: a leak."""
 
 
 def _norm(line: str) -> str:
@@ -46,14 +61,34 @@ def _hash(line: str) -> str:
     return hashlib.sha256(line.encode()).hexdigest()[:32]
 
 
+_GENERIC_NAMES = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | {"self", "cls"}
+
+
+def is_generic(line: str) -> bool:
+    """A line any Python code could hold: its names are all keywords and builtins, with no
+    literal of its own (``raise NotImplementedError``, ``except ZeroDivisionError:``). Such a
+    line proves nothing wherever it is found."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(line.strip() + "\n").readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return False
+    for t in tokens:
+        if t.type in (tokenize.NUMBER, tokenize.STRING):
+            return False
+        if t.type == tokenize.NAME and t.string not in _GENERIC_NAMES:
+            return False
+    return True
+
+
 def needles(snippet: Snippet) -> dict[str, str]:
-    """hash -> line, for the answer's distinctive lines: long enough, not comments, and not
-    already in the masked file the agent is given anyway."""
+    """hash -> line, for the answer's distinctive lines: long enough, not comments, not made of
+    keywords and builtins alone (:func:`is_generic`), and not already in the masked file the
+    agent is given anyway."""
     shown = {_norm(line) for line in snippet.masked_text.splitlines()}
     out = {}
     for line in snippet.reference_body.splitlines():
         n = _norm(line)
-        if len(n) >= MIN_CHARS and not n.startswith("#") and n not in shown:
+        if len(n) >= MIN_CHARS and not n.startswith("#") and n not in shown and not is_generic(n):
             out[_hash(n)] = n
     return out
 
@@ -78,28 +113,103 @@ def _scan(
         sandbox.close()
 
 
+def _environment_key(factory: SandboxFactory, paper: Paper) -> str:
+    """What a paper's sandboxes share read-only with other papers' (an interpreter, an image)."""
+    if factory.backend == "docker":
+        return factory.image(paper)
+    if factory.config.python is not None:
+        return str(factory.config.python)
+    return str(envs.python_for(paper))
+
+
+def classify(paper: Paper, path: str) -> FindingKind:
+    """What kind of place a finding's path is (as seen inside the sandbox)."""
+    if path.startswith("$"):
+        return "variable"
+    if "/objects/" in path or path.endswith(".pack"):
+        return "git"
+    if not path.startswith("./"):
+        return "environment"
+    rel = path[2:]
+    if rel == paper.paper_file:
+        return "paper_text"
+    own = {str(Path(f.path).parent) for f in paper.annotated_files}
+    folder = Path(rel).parent
+    while str(folder) not in ("", "."):
+        if str(folder) in own:
+            break
+        if (paper.root / folder / "__init__.py").is_file():
+            return "vendored"  # a package of its own inside the repository
+        folder = folder.parent
+    return "sibling"
+
+
+def _accepted(paper: Paper, path: str) -> str | None:
+    if not path.startswith("./"):
+        return None
+    rel = path[2:]
+    for entry in paper.overlay.audit_accepted:
+        if pathspec.GitIgnoreSpec.from_lines([entry.path]).match_file(rel):
+            return f"{entry.kind}: {entry.reason}"
+    return None
+
+
+def _finding(paper: Paper, snippet_id: str, path: str, line: str) -> Finding:
+    return Finding(
+        snippet_id=snippet_id,
+        path=path,
+        line=line,
+        kind=classify(paper, path),
+        accepted=_accepted(paper, path),
+    )
+
+
 def audit(
     pset: Pset, factory: SandboxFactory, on_done: Callable[[str], None] | None = None
 ) -> list[Finding]:
-    """Every finding for every snippet. The environment (interpreter, site-packages, /tmp, home,
-    variables) is scanned once per paper for all of its snippets' lines; each workspace once."""
+    """Every finding for every snippet.
+
+    Read-only content that many snippets share is searched once for all of their answers: the
+    interpreter's environment (prefix, site-packages; /tmp and home too) once per environment
+    (papers with the same interpreter or image share it), the repository once per paper.
+    What differs between a paper's snippets, the annotated files as each snippet's workspace
+    shows them, is checked per snippet from the template the sandbox is made from.
+    """
     findings: list[Finding] = []
     env_roots = '/tmp "$HOME" "$(python -c \'import sys; print(sys.prefix)\')"'
     site = "$(python -c 'import site; print(\" \".join(site.getsitepackages()))')"
-    for paper in pset.papers:
-        if not paper.snippets:
+    papers = [p for p in pset.papers if p.snippets]
+    per_snippet = {s.id: needles(s) for p in papers for s in p.snippets}
+    groups: dict[str, list[Paper]] = {}
+    for paper in papers:
+        groups.setdefault(_environment_key(factory, paper), []).append(paper)
+    for members in groups.values():
+        union = {h: ln for p in members for s in p.snippets for h, ln in per_snippet[s.id].items()}
+        if not union:
             continue
-        per_snippet = {s.id: needles(s) for s in paper.snippets}
-        union = {h: line for n in per_snippet.values() for h, line in n.items()}
+        first = members[0]
+        for path, h in _scan(factory, first, first.snippets[0], union, f"{env_roots} {site}"):
+            for p in members:
+                for s in p.snippets:
+                    if h in per_snippet[s.id]:
+                        findings.append(_finding(p, s.id, path, union[h]))
+    for paper in papers:
+        union = {h: ln for s in paper.snippets for h, ln in per_snippet[s.id].items()}
+        annotated = {f"./{f.path}" for f in paper.annotated_files}
         if union:
-            for path, h in _scan(factory, paper, paper.snippets[0], union, f"{env_roots} {site}"):
+            for path, h in _scan(factory, paper, paper.snippets[0], union, "."):
+                if path in annotated:
+                    continue  # differs per snippet: checked below
                 for s in paper.snippets:
                     if h in per_snippet[s.id]:
-                        findings.append(Finding(snippet_id=s.id, path=path, line=union[h]))
+                        findings.append(_finding(paper, s.id, path, union[h]))
         for s in paper.snippets:
-            if per_snippet[s.id]:
-                for path, h in _scan(factory, paper, s, per_snippet[s.id], "."):
-                    findings.append(Finding(snippet_id=s.id, path=path, line=per_snippet[s.id][h]))
+            template = factory.template(paper, s)
+            for rel in sorted(annotated):
+                text = (template / rel[2:]).read_text(encoding="utf-8", errors="replace")
+                found = {_hash(_norm(line)) for line in text.splitlines()}
+                for h in per_snippet[s.id].keys() & found:
+                    findings.append(_finding(paper, s.id, rel, per_snippet[s.id][h]))
             if on_done is not None:
                 on_done(s.id)
     return findings
