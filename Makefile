@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install check test test-fast fmt bench clean
+.PHONY: install check test test-fast fmt bench published bench-published clean
 
 install:
 	bash scripts/install.sh
@@ -28,6 +28,20 @@ fmt:
 
 bench: install
 	$(BIN)/python -m benchmarks.bench_grading
+
+# ResearchCodeBench on this machine, end to end (not part of `make test`): get the published set
+# (RCB_FROM=<folder|git URL|archive> for a mirror or a local copy), build its task environments,
+# validate every ready paper 3 times, run the oracle and the null agent, audit it.
+published: install
+	$(BIN)/rcb-env get researchcodebench $(if $(RCB_FROM),--from $(RCB_FROM))
+	$(BIN)/rcb-env setup researchcodebench --jobs 2
+	$(BIN)/rcb-env validate --pset researchcodebench --jobs 2 --repeat 3
+	$(BIN)/rcb-env eval --pset researchcodebench --agent oracle --jobs 2 --runs-dir runs/published-oracle
+	$(BIN)/rcb-env eval --pset researchcodebench --agent null --jobs 2 --runs-dir runs/published-null
+	$(BIN)/rcb-env audit --pset researchcodebench
+
+bench-published: install
+	$(BIN)/python -m benchmarks.bench_published
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

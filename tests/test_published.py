@@ -41,6 +41,8 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "benchmarks" / "researchcodebench"
 #: Papers whose references pass with the default task interpreter (torch 2.13.0 CPU, numpy).
 DEFAULT_INTERPRETER_PAPERS = ("minp", "Tanh-Init", "TabDiff")
+#: The installer's task interpreter, read before any test points RCB_ENV_HOME elsewhere.
+TASK_PYTHON = config.task_python()
 
 
 @pytest.fixture(scope="session")
@@ -236,9 +238,8 @@ def _papers(pset: Pset, ids: tuple[str, ...]) -> Pset:
 @pytest.fixture
 def default_python(monkeypatch: pytest.MonkeyPatch) -> Path:
     """Run published papers with the default task interpreter (CI builds no environments)."""
-    python = config.task_python()
-    monkeypatch.setenv("RCB_TASK_PYTHON", str(python))
-    return python
+    monkeypatch.setenv("RCB_TASK_PYTHON", str(TASK_PYTHON))
+    return TASK_PYTHON
 
 
 @pytest.mark.slow
@@ -252,7 +253,7 @@ def test_oracle_and_null_on_published_papers_with_the_default_interpreter(
         run_eval(pset, cfg, tmp_path / agent, jobs=2)
         runs[agent] = read_records(tmp_path / agent / "episodes.jsonl")
     n = len(pset.snippets)
-    assert sum(1 for r in runs["oracle"] if r.passed) == n
+    assert sum(1 for r in runs["oracle"] if r.passed) == n, [r.infra_error for r in runs["oracle"]][:2]
     assert not any(r.status == "infra_error" for r in runs["oracle"] + runs["null"])
     assert sum(1 for r in runs["null"] if r.passed) == 0
     # the paper's models on the same snippets, through the same formulas
