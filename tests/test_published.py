@@ -253,7 +253,9 @@ def test_oracle_and_null_on_published_papers_with_the_default_interpreter(
         run_eval(pset, cfg, tmp_path / agent, jobs=2)
         runs[agent] = read_records(tmp_path / agent / "episodes.jsonl")
     n = len(pset.snippets)
-    assert sum(1 for r in runs["oracle"] if r.passed) == n, [r.infra_error for r in runs["oracle"]][:2]
+    assert sum(1 for r in runs["oracle"] if r.passed) == n, [r.infra_error for r in runs["oracle"]][
+        :2
+    ]
     assert not any(r.status == "infra_error" for r in runs["oracle"] + runs["null"])
     assert sum(1 for r in runs["null"] if r.passed) == 0
     # the paper's models on the same snippets, through the same formulas

@@ -171,7 +171,9 @@ def audit(
 
     Read-only content that many snippets share is searched once for all of their answers: the
     interpreter's environment (prefix, site-packages; /tmp and home too) once per environment
-    (papers with the same interpreter or image share it), the repository once per paper.
+    (papers with the same interpreter or image share it), the repository once per paper. In the
+    environment, a file holding a single line of a longer answer is an idiom the library shares
+    (reported, accepted); a copy of the answer holds several.
     What differs between a paper's snippets, the annotated files as each snippet's workspace
     shows them, is checked per snippet from the template the sandbox is made from.
     """
@@ -188,11 +190,26 @@ def audit(
         if not union:
             continue
         first = members[0]
-        for path, h in _scan(factory, first, first.snippets[0], union, f"{env_roots} {site}"):
-            for p in members:
-                for s in p.snippets:
-                    if h in per_snippet[s.id]:
-                        findings.append(_finding(p, s.id, path, union[h]))
+        hits = _scan(factory, first, first.snippets[0], union, f"{env_roots} {site}")
+        for p in members:
+            for s in p.snippets:
+                mine = per_snippet[s.id]
+                per_file: dict[str, list[str]] = {}
+                for path, h in hits:
+                    if h in mine:
+                        per_file.setdefault(path, []).append(mine[h])
+                for path, lines in per_file.items():
+                    for line in lines:
+                        f = _finding(p, s.id, path, line)
+                        if f.kind == "environment" and len(lines) == 1 and len(mine) > 1:
+                            # One line of a longer answer in an installed library: a common
+                            # idiom (`attn = F.softmax(attn, dim=-1)`), not a copy of the answer.
+                            why = (
+                                f"environment: an installed library has 1 of the {len(mine)} "
+                                "answer lines, an idiom rather than a copy of the answer"
+                            )
+                            f = f.model_copy(update={"accepted": why})
+                        findings.append(f)
     for paper in papers:
         union = {h: ln for s in paper.snippets for h, ln in per_snippet[s.id].items()}
         annotated = {f"./{f.path}" for f in paper.annotated_files}
