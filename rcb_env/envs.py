@@ -121,6 +121,70 @@ def python_for(paper: Paper | None) -> Path:
     return spec.python
 
 
+def asset_root(paper: Paper) -> Path:
+    """The paper's read-only asset folder (content-addressed by its asset list)."""
+    h = hashlib.sha256()
+    for a in paper.overlay.assets:
+        h.update(f"{a.sha256} {a.path}\n".encode())
+    return config.rcb_home() / "assets" / f"{paper.slug}-{h.hexdigest()[:12]}"
+
+
+def assets_ready(paper: Paper) -> bool:
+    return not paper.overlay.assets or (asset_root(paper) / READY).is_file()
+
+
+def task_env(paper: Paper) -> dict[str, str]:
+    """The paper's own environment variables for its test runs and shells."""
+    root = str(asset_root(paper)) if paper.overlay.assets else ""
+    return {k: v.replace("{assets}", root) for k, v in paper.overlay.env.items()}
+
+
+class AssetError(SandboxError):
+    """An asset could not be fetched, or its hash is not the pinned one."""
+
+
+def fetch_assets(paper: Paper, log: Callable[[str], None] = lambda _l: None) -> Path:
+    """Download and verify the paper's assets into its asset folder (once; atomically).
+
+    Raises:
+        AssetError: a download failed or a hash differs (nothing is installed).
+    """
+    import urllib.request
+
+    root = asset_root(paper)
+    if (root / READY).is_file():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
+    try:
+        for asset in paper.overlay.assets:
+            target = staging / asset.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            log(f"{paper.id}: fetching {asset.url}")
+            digest = hashlib.sha256()
+            try:
+                with urllib.request.urlopen(asset.url, timeout=60) as r, target.open("wb") as f:
+                    while chunk := r.read(1 << 20):
+                        digest.update(chunk)
+                        f.write(chunk)
+            except OSError as exc:
+                raise AssetError(f"{paper.id}: cannot fetch {asset.url}: {exc}") from exc
+            if digest.hexdigest() != asset.sha256:
+                raise AssetError(
+                    f"{paper.id}: {asset.url} has SHA-256 {digest.hexdigest()[:16]}..., not the "
+                    f"pinned {asset.sha256[:16]}...; nothing was installed"
+                )
+        (staging / READY).write_text("\n".join(a.sha256 for a in paper.overlay.assets))
+        subprocess.run(["chmod", "-R", "a+rX,go-w", str(staging)], check=False)
+        if root.exists():
+            shutil.rmtree(root)
+        staging.rename(root)
+        return root
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
 class Availability(Frozen):
     paper: str
     status: Literal["ready", "unavailable"]
@@ -136,6 +200,13 @@ def availability(paper: Paper) -> Availability:
     if paper.overlay.known_issue:
         return Availability(
             paper=paper.id, status="unavailable", reason=paper.overlay.known_issue, environment=env
+        )
+    if not assets_ready(paper):
+        return Availability(
+            paper=paper.id,
+            status="unavailable",
+            reason="its test assets are not fetched (rcb-env setup --assets)",
+            environment=env,
         )
     explicit = config.settings().task_python
     if spec is not None and not spec.built and not (explicit is not None and str(explicit)):
@@ -245,12 +316,47 @@ def setup(
     papers: Iterable[Paper],
     *,
     jobs: int = 1,
+    assets: bool = False,
     log: Callable[[str], None] = lambda _l: None,
     on_done: Callable[[BuildReport], None] | None = None,
 ) -> list[BuildReport]:
     """Build every environment these papers need that is not built yet (one per requirement
-    set; papers with identical sets share it). Papers with a known issue are skipped; a failed
-    build is reported with pip's error and the others still build."""
+    set; papers with identical sets share it), and with ``assets`` fetch their test assets.
+    Papers with a known issue are skipped; a failed build is reported with pip's error (a failed
+    asset with its reason) and the others still build."""
+    papers = list(papers)
+    reports: list[BuildReport] = []
+    if assets:
+        for paper in papers:
+            if not paper.overlay.assets or paper.overlay.known_issue:
+                continue
+            t0 = time.monotonic()
+            try:
+                root = fetch_assets(paper, log)
+                reports.append(
+                    BuildReport(
+                        name=f"assets:{paper.id}",
+                        folder=str(root),
+                        papers=(paper.id,),
+                        built=True,
+                        ok=True,
+                        seconds=round(time.monotonic() - t0, 1),
+                        bytes=disk_use(root),
+                    )
+                )
+            except AssetError as exc:
+                reports.append(
+                    BuildReport(
+                        name=f"assets:{paper.id}",
+                        folder=str(asset_root(paper)),
+                        papers=(paper.id,),
+                        built=False,
+                        ok=False,
+                        error=str(exc),
+                    )
+                )
+            if on_done is not None:
+                on_done(reports[-1])
     by_spec: dict[EnvSpec, list[str]] = {}
     for paper in papers:
         spec = spec_for(paper)
@@ -286,4 +392,4 @@ def setup(
         return report
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, by_spec.items()))
+        return reports + list(pool.map(one, by_spec.items()))

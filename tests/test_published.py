@@ -355,3 +355,89 @@ def test_the_runnable_set_and_both_denominators(tmp_path: Path) -> None:
     assert again.full == summary.full
     manifest = json.loads((tmp_path / "run" / "run.json").read_text())
     assert manifest["benchmark"]["unavailable"][0]["reason"] == "downloads weights"
+
+
+ASSET_TEST = """\
+import os
+import unittest
+
+from stats import mean
+
+
+class TestWithAsset(unittest.TestCase):
+    def test_reads_the_asset(self):
+        with open(os.path.join(os.environ["DATA_HOME"], "weights", "table.txt")) as f:
+            self.assertEqual(f.read(), "2.5\\n")
+        self.assertEqual(mean([1, 2, 3, 4]), 2.5)
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+@pytest.fixture
+def open_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh rcb-env home the sandbox user can traverse (as /opt/rcb-env is)."""
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix="rcb-home-", dir="/tmp"))
+    where.chmod(0o755)
+    monkeypatch.setenv("RCB_ENV_HOME", str(where))
+    yield where
+    shutil.rmtree(where, ignore_errors=True)
+
+
+def test_assets_are_fetched_verified_and_bound_read_only(
+    tmp_path: Path, open_home: Path, http_root: tuple[str, Path], require_bwrap: None
+) -> None:
+    """A paper whose test needs a file it would download: setup fetches it once (verified) into
+    a read-only cache that its sandboxes see, named by an environment variable."""
+    import hashlib
+
+    url, served = http_root
+    (served / "table.txt").write_text("2.5\n")
+    digest = hashlib.sha256(b"2.5\n").hexdigest()
+    pset_root = tmp_path / "pset"
+    write_pset(pset_root, [write_paper(pset_root, "maths", math_files(test=ASSET_TEST))])
+    overlay = (
+        f"assets:\n  - url: {url}/table.txt\n    sha256: {digest}\n    path: weights/table.txt\n"
+        "env:\n  DATA_HOME: '{assets}'\n"
+    )
+    (pset_root / "maths" / "rcb-env.yaml").write_text(overlay)
+    paper = rcb_env.load(pset_root).papers[0]
+    assert envs.availability(paper).status == "unavailable"
+    bad = paper.model_copy(
+        update={
+            "overlay": paper.overlay.model_copy(
+                update={
+                    "assets": (paper.overlay.assets[0].model_copy(update={"sha256": "0" * 64}),)
+                }
+            )
+        }
+    )
+    with pytest.raises(envs.AssetError, match="nothing was installed"):
+        envs.fetch_assets(bad)
+    (report,) = envs.setup([paper], assets=True)
+    assert report.ok
+    assert envs.availability(paper).status == "ready"
+    root = envs.asset_root(paper)
+    assert (root / "weights" / "table.txt").read_text() == "2.5\n"
+    pset = rcb_env.load(pset_root)
+    cfg = EvalConfig(
+        agent="oracle",
+        sandbox=SandboxConfig(backend="bwrap", python=TASK_PYTHON),
+        grading=GradingConfig(python=TASK_PYTHON),
+    )
+    summary = run_eval(pset, cfg, tmp_path / "run")
+    assert summary.overall is not None
+    assert summary.overall.scaled == 100.0
+    # the episode's shell sees it too, read-only
+    factory = rcb_env.SandboxFactory(SandboxConfig(backend="bwrap", python=TASK_PYTHON))
+    try:
+        with factory.create(paper, paper.snippets[0]) as sb:
+            assert sb.exec('cat "$DATA_HOME/weights/table.txt"').stdout == "2.5\n"
+            r = sb.exec('echo x > "$DATA_HOME/weights/table.txt"')
+            assert r.exit_code != 0
+    finally:
+        factory.close()

@@ -48,7 +48,12 @@ def _gib(n: int) -> str:
 @paper_option
 @click.argument("name", required=False)
 @click.option("--jobs", default=1, show_default=True, help="Environments built in parallel.")
-def setup_cmd(pset: str | None, papers: tuple[str, ...], name: str | None, jobs: int) -> None:
+@click.option(
+    "--assets", is_flag=True, help="Also fetch the files papers' tests need (needs network)."
+)
+def setup_cmd(
+    pset: str | None, papers: tuple[str, ...], name: str | None, jobs: int, assets: bool
+) -> None:
     """Build the task environments (venvs) the benchmark's papers need, one per requirement
     set, shared between papers; existing ones are kept. Then list each paper's availability.
     Exit 1 if an environment failed to build."""
@@ -57,6 +62,7 @@ def setup_cmd(pset: str | None, papers: tuple[str, ...], name: str | None, jobs:
     reports = envs.setup(
         loaded.papers,
         jobs=jobs,
+        assets=assets,
         log=lambda line: err.print(line, highlight=False),
         on_done=lambda r: err.print(
             f"{r.name}: {'built' if r.built else 'up to date' if r.ok else 'FAILED'}"
@@ -67,7 +73,7 @@ def setup_cmd(pset: str | None, papers: tuple[str, ...], name: str | None, jobs:
     for r in reports:
         state = "ok" if r.ok else "FAILED"
         out.print(
-            f"environment {r.name} [{state}] {_gib(r.bytes)}, {r.seconds:.0f} s, for "
+            f"environment {r.name} ({state}) {_gib(r.bytes)}, {r.seconds:.0f} s, for "
             f"{', '.join(r.papers)}\n  {r.folder}",
             highlight=False,
             soft_wrap=True,

@@ -255,7 +255,7 @@ class Grader:
                 run = self.executor.run(
                     argv,
                     cwd=folder,
-                    env=self._env(workdir, python),
+                    env={**self._env(workdir, python), **envs.task_env(paper)},
                     timeout_s=timeout,
                     needles=OFFICIAL_ERROR_WORDS,
                     writable=workdir,

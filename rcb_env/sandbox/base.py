@@ -123,6 +123,10 @@ class SandboxConfig(BaseModel):
     cgroup_limits: Literal["required", "best-effort", "off"] = "required"
     """bwrap: ``required`` refuses to run when the memory or pids limit cannot be set (cgroup v1
     or v2), ``best-effort`` sets what it can, ``off`` relies on rlimits alone."""
+    read_only: tuple[Path, ...] = ()
+    """bwrap: more host folders bound read-only at their own paths (a paper's asset cache)."""
+    env: dict[str, str] = {}
+    """More environment variables of the sandbox's shell (a paper's overlay ``env``)."""
     cgroup_root: Path = Path("/sys/fs/cgroup")
     """bwrap: where the cgroup hierarchies are mounted (or a delegated v2 subtree)."""
 

@@ -174,7 +174,7 @@ class BwrapExecutor:
         try:
             launcher = bwrap_command(
                 binds=[(str(area), str(area))],
-                ro_binds=_python_prefixes(self.python),
+                ro_binds=(*_python_prefixes(self.python), *map(str, self.config.read_only)),
                 cwd=str(cwd),
                 env=env,
                 limits=self.config.limits,
@@ -231,6 +231,7 @@ class BwrapSandbox(Sandbox):
             "LANG": "C.UTF-8",
             "PYTHONDONTWRITEBYTECODE": "1",
             "TERM": "dumb",
+            **self.config.env,
         }
         return [
             *self._group.enter_command(),
@@ -239,7 +240,7 @@ class BwrapSandbox(Sandbox):
                     (str(self.workspace), self.workspace_inside),
                     (str(self.control), self.control_inside),
                 ],
-                ro_binds=_python_prefixes(self.python),
+                ro_binds=(*_python_prefixes(self.python), *map(str, self.config.read_only)),
                 cwd=self.workspace_inside,
                 env=env,
                 limits=self.config.limits,
@@ -293,10 +294,19 @@ class BwrapBackend(Backend):
         return probe()
 
     def _for(self, paper: Paper) -> SandboxConfig:
-        """The config with the paper's interpreter, bound read-only into its sandboxes."""
-        if self.config.python is not None:
-            return self.config
-        return self.config.model_copy(update={"python": envs.python_for(paper)})
+        """The config with the paper's interpreter and asset cache, bound read-only into its
+        sandboxes, and its environment variables."""
+        update: dict[str, object] = {}
+        if self.config.python is None:
+            update["python"] = envs.python_for(paper)
+        if paper.overlay.assets:
+            root = envs.asset_root(paper)
+            if _identity(self.config.user) is not None:
+                check_traversable(root)
+            update["read_only"] = (*self.config.read_only, root)
+        if paper.overlay.env:
+            update["env"] = {**self.config.env, **envs.task_env(paper)}
+        return self.config.model_copy(update=update) if update else self.config
 
     def create(self, template: Path, paper: Paper) -> Sandbox:
         return BwrapSandbox(template, self._for(paper), self.scratch)

@@ -58,6 +58,19 @@ class AuditAccepted(Frozen):
     """Why the solver may see it."""
 
 
+class Asset(Frozen):
+    """A file a paper's tests need at run time that the sandboxes cannot download (no network):
+    fetched once by ``rcb-env setup``, verified, and bound read-only into the paper's
+    sandboxes."""
+
+    url: str
+    """Where to get it (http, https or file)."""
+    sha256: str
+    """Its SHA-256: a mismatch installs nothing."""
+    path: str
+    """Where it goes inside the paper's asset folder (``{assets}`` in :attr:`Overlay.env`)."""
+
+
 class Overlay(Frozen):
     """rcb-env's optional per-paper settings (``rcb-env.yaml``); the published format has none."""
 
@@ -77,6 +90,11 @@ class Overlay(Frozen):
     the paper's environment for packages that cannot be installed."""
     audit_accepted: tuple[AuditAccepted, ...] = ()
     """Leak-audit findings that are part of the benchmark's design, each with its reason."""
+    assets: tuple[Asset, ...] = ()
+    """Files the tests need that ``rcb-env setup`` fetches into a read-only cache."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Environment variables of the paper's test runs and shells; ``{assets}`` stands for its
+    asset folder (e.g. ``TORCH_HOME: "{assets}/torch"``)."""
 
 
 class Snippet(Frozen):
