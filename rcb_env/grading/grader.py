@@ -69,6 +69,17 @@ class GradingConfig(BaseModel):
     on every attempt while the pristine paper passes is the candidate's own doing."""
 
 
+def _sandbox_failure(snippet: Snippet, exc: SandboxError) -> GradeResult:
+    """The verdict when the sandbox (or the paper's environment) could not run the tests."""
+    return GradeResult(
+        snippet_id=snippet.id,
+        outcome=Outcome.INFRA_ERROR,
+        kind=FailureKind.SANDBOX,
+        detail=str(exc),
+        official_pass=False,
+    )
+
+
 _health: dict[tuple[str, ...], GradeResult] = {}
 _health_lock = threading.Lock()
 
@@ -213,13 +224,7 @@ class Grader:
         try:
             python = self.python or envs.python_for(paper)
         except SandboxError as exc:
-            return GradeResult(
-                snippet_id=snippet.id,
-                outcome=Outcome.INFRA_ERROR,
-                kind=FailureKind.SANDBOX,
-                detail=str(exc),
-                official_pass=False,
-            )
+            return _sandbox_failure(snippet, exc)
         workdir = scratch_dirs.make("rcb-grade-", self.scratch)
         try:
             folder = workdir / paper.slug
@@ -261,13 +266,7 @@ class Grader:
                     writable=workdir,
                 )
             except SandboxError as exc:
-                return GradeResult(
-                    snippet_id=snippet.id,
-                    outcome=Outcome.INFRA_ERROR,
-                    kind=FailureKind.SANDBOX,
-                    detail=str(exc),
-                    official_pass=False,
-                )
+                return _sandbox_failure(snippet, exc)
             outcome, kind, detail, tests = classify(read_report(report, key), run, expected)
             # The copy's random location means nothing to a reader and would make identical
             # runs differ: report it as /grading.

@@ -81,6 +81,27 @@ class Summary(BaseModel):
     episodes count as not passed. ``overall`` is over the runnable set."""
 
 
+def _aggregate(
+    scaled: list[float],
+    plain: list[float],
+    passed: list[int],
+    passed_w: list[int],
+    snippets: int,
+    weight: int,
+) -> Rates:
+    """Per-sample rates -> mean and population standard deviation over samples."""
+    return Rates(
+        scaled=statistics.fmean(scaled),
+        scaled_std=statistics.pstdev(scaled),
+        plain=statistics.fmean(plain),
+        plain_std=statistics.pstdev(plain),
+        snippets=snippets,
+        passed=statistics.fmean(passed),
+        weight=weight,
+        passed_weight=statistics.fmean(passed_w),
+    )
+
+
 def _rates(by_sample: dict[int, list[EpisodeRecord]]) -> Rates | None:
     scaled, plain, passed, passed_w = [], [], [], []
     first: list[EpisodeRecord] = []
@@ -98,16 +119,7 @@ def _rates(by_sample: dict[int, list[EpisodeRecord]]) -> Rates | None:
         passed_w.append(good_w)
     if not scaled:
         return None
-    return Rates(
-        scaled=statistics.fmean(scaled),
-        scaled_std=statistics.pstdev(scaled),
-        plain=statistics.fmean(plain),
-        plain_std=statistics.pstdev(plain),
-        snippets=len(first),
-        passed=statistics.fmean(passed),
-        weight=sum(r.weight for r in first),
-        passed_weight=statistics.fmean(passed_w),
-    )
+    return _aggregate(scaled, plain, passed, passed_w, len(first), sum(r.weight for r in first))
 
 
 def _full_rates(by_sample: dict[int, list[EpisodeRecord]], totals: Totals) -> Rates | None:
@@ -120,16 +132,7 @@ def _full_rates(by_sample: dict[int, list[EpisodeRecord]], totals: Totals) -> Ra
         passed_w.append(sum(r.weight for r in good))
     if not scaled:
         return None
-    return Rates(
-        scaled=statistics.fmean(scaled),
-        scaled_std=statistics.pstdev(scaled),
-        plain=statistics.fmean(plain),
-        plain_std=statistics.pstdev(plain),
-        snippets=totals.snippets,
-        passed=statistics.fmean(passed),
-        weight=totals.weight,
-        passed_weight=statistics.fmean(passed_w),
-    )
+    return _aggregate(scaled, plain, passed, passed_w, totals.snippets, totals.weight)
 
 
 def summarize(records: list[EpisodeRecord], totals: Totals | None = None) -> Summary:
