@@ -268,8 +268,9 @@ def test_oracle_and_null_on_published_papers_with_the_default_interpreter(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("spec", ["openai:gpt-4.1", "anthropic:claude-sonnet-4-5"])
 def test_the_tools_agent_solves_a_published_snippet_through_the_real_sdk(
-    published: Pset, tmp_path: Path, default_python: Path, require_bwrap: None
+    published: Pset, tmp_path: Path, default_python: Path, require_bwrap: None, spec: str
 ) -> None:
     paper = published.paper("minp")
     snippet = min(paper.snippets, key=lambda s: s.weight)
@@ -297,7 +298,9 @@ def test_the_tools_agent_solves_a_published_snippet_through_the_real_sdk(
         cfg = EvalConfig(
             agent="tools",
             model=ModelConfig(
-                spec="openai:gpt-4.1", base_url=server.openai_url, retry=RetryPolicy(scale=0)
+                spec=spec,
+                base_url=server.openai_url if spec.startswith("openai") else server.url,
+                retry=RetryPolicy(scale=0),
             ),
             sandbox=SandboxConfig(backend="bwrap"),
         )
