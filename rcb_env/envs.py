@@ -13,6 +13,7 @@ the reason (a known issue of the paper, or its environment not built).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -52,14 +53,7 @@ class EnvSpec(Frozen):
     @property
     def key(self) -> str:
         """Content hash: requirements, stand-ins' code, and the base interpreter's version."""
-        h = hashlib.sha256()
-        for req in sorted(self.requirements):
-            h.update(req.encode() + b"\n")
-        for name in sorted(self.standins):
-            for f in sorted(standins.path(name).rglob("*.py")):
-                h.update(f.name.encode() + f.read_bytes())
-        h.update(_base_version().encode())
-        return h.hexdigest()[:12]
+        return _key(self)
 
     @property
     def folder(self) -> Path:
@@ -81,6 +75,20 @@ def base_python() -> Path:
     return system if system.exists() else Path(sys.executable)
 
 
+@functools.cache
+def _key(spec: EnvSpec) -> str:
+    # Cached: every grading and sandbox asks for its paper's interpreter.
+    h = hashlib.sha256()
+    for req in sorted(spec.requirements):
+        h.update(req.encode() + b"\n")
+    for name in sorted(spec.standins):
+        for f in sorted(standins.path(name).rglob("*.py")):
+            h.update(f.name.encode() + f.read_bytes())
+    h.update(_base_version().encode())
+    return h.hexdigest()[:12]
+
+
+@functools.cache
 def _base_version() -> str:
     run = subprocess.run(
         [str(base_python()), "-c", "import sys; print(sys.version.split()[0])"],
@@ -365,28 +373,19 @@ def setup(
 
     def one(item: tuple[EnvSpec, list[str]]) -> BuildReport:
         spec, ids = item
-        if spec.built:
-            report = BuildReport(
-                name=spec.name,
-                folder=str(spec.folder),
-                papers=tuple(ids),
-                built=False,
-                ok=True,
-                bytes=disk_use(spec.folder),
-            )
-        else:
-            t0 = time.monotonic()
-            ok, error = build(spec, log)
-            report = BuildReport(
-                name=spec.name,
-                folder=str(spec.folder),
-                papers=tuple(ids),
-                built=ok,
-                ok=ok,
-                seconds=round(time.monotonic() - t0, 1),
-                bytes=disk_use(spec.folder) if ok else 0,
-                error=error,
-            )
+        t0 = time.monotonic()
+        fresh = not spec.built
+        ok, error = build(spec, log) if fresh else (True, "")
+        report = BuildReport(
+            name=spec.name,
+            folder=str(spec.folder),
+            papers=tuple(ids),
+            built=fresh and ok,
+            ok=ok,
+            seconds=round(time.monotonic() - t0, 1) if fresh else 0.0,
+            bytes=disk_use(spec.folder) if ok else 0,
+            error=error,
+        )
         if on_done is not None:
             on_done(report)
         return report
