@@ -201,30 +201,25 @@ class Availability(Frozen):
     """The environment's name (None: the default task interpreter)."""
 
 
-def availability(paper: Paper) -> Availability:
-    """Can ``paper`` run in this installation (bwrap or local)?"""
+def availability(paper: Paper, *, interpreter_given: bool = False) -> Availability:
+    """Can ``paper`` run in this installation? ``interpreter_given``: the run brings its own
+    interpreter (a Docker image, an explicit ``python``), so no task environment is needed."""
     spec = spec_for(paper)
-    env = spec.name if spec is not None else None
-    if paper.overlay.known_issue:
-        return Availability(
-            paper=paper.id, status="unavailable", reason=paper.overlay.known_issue, environment=env
-        )
-    if not assets_ready(paper):
-        return Availability(
-            paper=paper.id,
-            status="unavailable",
-            reason="its test assets are not fetched (rcb-env setup --assets)",
-            environment=env,
-        )
     explicit = config.settings().task_python
-    if spec is not None and not spec.built and not (explicit is not None and str(explicit)):
-        return Availability(
-            paper=paper.id,
-            status="unavailable",
-            reason=f"its environment {spec.name!r} is not built (rcb-env setup)",
-            environment=env,
-        )
-    return Availability(paper=paper.id, status="ready", environment=env)
+    needs_env = not interpreter_given and not (explicit is not None and str(explicit))
+    reason = ""
+    if paper.overlay.known_issue:
+        reason = paper.overlay.known_issue
+    elif not assets_ready(paper):
+        reason = "its test assets are not fetched (rcb-env setup --assets)"
+    elif spec is not None and needs_env and not spec.built:
+        reason = f"its environment {spec.name!r} is not built (rcb-env setup)"
+    return Availability(
+        paper=paper.id,
+        status="unavailable" if reason else "ready",
+        reason=reason,
+        environment=spec.name if spec is not None else None,
+    )
 
 
 class BuildReport(Frozen):

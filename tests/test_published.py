@@ -444,3 +444,17 @@ def test_assets_are_fetched_verified_and_bound_read_only(
             assert r.exit_code != 0
     finally:
         factory.close()
+
+
+def test_a_run_that_brings_its_own_interpreter_needs_no_task_environment(
+    published: Pset, home: Path
+) -> None:
+    """In a fresh home no environment is built: bwrap runs would leave minp out, a Docker run
+    (the image is its interpreter) would not."""
+    minp = published.paper("minp")
+    assert envs.availability(minp).status == "unavailable"
+    assert "rcb-env setup" in envs.availability(minp).reason
+    assert envs.availability(minp, interpreter_given=True).status == "ready"
+    assert envs.availability(published.paper("GMFlow"), interpreter_given=True).status == (
+        "unavailable"
+    )

@@ -8,7 +8,6 @@ from typing import Literal
 
 import click
 
-from rcb_env import envs
 from rcb_env.agent import model_settings
 from rcb_env.cli._app import (
     EXIT_UNSCORED,
@@ -31,18 +30,9 @@ from rcb_env.episode.env import EnvConfig
 from rcb_env.grading.grader import GradingConfig
 from rcb_env.results.render import print_summary
 from rcb_env.runner import BudgetConfig, EvalConfig, new_run_dir, run_eval
+from rcb_env.runner.eval import runnable
 from rcb_env.sandbox import BackendName
-from rcb_env.task.models import Pset
 from rcb_env.tools.toolbox import Feedback
-
-
-def _unavailable(pset: Pset) -> list[tuple[str, str]]:
-    left = []
-    for p in pset.papers:
-        a = envs.availability(p)
-        if a.status != "ready":
-            left.append((p.id, a.reason))
-    return left
 
 
 @cli.command(name="eval")
@@ -129,8 +119,9 @@ def eval_cmd(
     """Run an agent on every snippet; records go to runs/<id>/episodes.jsonl."""
     loaded = _load(pset, papers, snippets)
     _print_failures(loaded)
-    for paper, why in _unavailable(loaded):
-        err.print(f"left out {paper}: {why}", highlight=False, soft_wrap=True)
+    # (run_eval leaves them out and records why; said here before the run starts)
+    for u in runnable(loaded, interpreter_given=sandbox == "docker")[1].unavailable:
+        err.print(f"left out {u.paper}: {u.reason}", highlight=False, soft_wrap=True)
     model_cfg = None
     if model is not None:
         model_cfg = model_settings(

@@ -274,7 +274,6 @@ class RcbEnv(gym.Env[str, Any]):
         if outcome is not None:
             info["outcome"] = outcome
             info.update(outcome.model_dump(mode="json", exclude={"reward"}))
-            info["changed_files"] = list(outcome.changed_files)
             for key in ("grade", "infra_error"):
                 if info[key] is None:
                     del info[key]

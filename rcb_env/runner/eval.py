@@ -182,16 +182,14 @@ def run_episode(
         started_at=started_at,
         duration_s=round(time.monotonic() - t0, 3),
     )
-    status = record.status
-    passed = record.passed
     log.info(
         "episode",
         run_id=run_id,
         task_id=snippet.id,
         episode_id=episode_id,
         sample=sample,
-        status=status,
-        passed=passed,
+        status=record.status,
+        passed=record.passed,
     )
     return record
 
@@ -201,12 +199,12 @@ def new_run_dir(runs_root: Path) -> Path:
     return runs_root / f"{stamp}-{secrets.token_hex(3)}"
 
 
-def runnable(pset: Pset) -> tuple[Pset, Totals]:
+def runnable(pset: Pset, *, interpreter_given: bool = False) -> tuple[Pset, Totals]:
     """The papers that can run in this installation (:func:`rcb_env.envs.availability`), and
     the totals of the whole selection with what was left out and why."""
     ready, left_out = [], []
     for paper in pset.papers:
-        a = envs.availability(paper)
+        a = envs.availability(paper, interpreter_given=interpreter_given)
         if a.status == "ready":
             ready.append(paper)
         else:
@@ -218,13 +216,23 @@ def runnable(pset: Pset) -> tuple[Pset, Totals]:
                     weight=paper.total_weight,
                 )
             )
-    totals = Totals(
+    return pset.model_copy(update={"papers": tuple(ready)}), _totals(pset, left_out)
+
+
+def _totals(pset: Pset, unavailable: list[Unavailable]) -> Totals:
+    return Totals(
         name=pset.benchmark,
         snippets=len(pset.snippets),
         weight=sum(s.weight for s in pset.snippets),
-        unavailable=tuple(left_out),
+        unavailable=tuple(unavailable),
     )
-    return pset.model_copy(update={"papers": tuple(ready)}), totals
+
+
+def _brings_interpreter(cfg: EvalConfig) -> bool:
+    """Does the run's configuration name the interpreter (so no task environment is needed)?"""
+    return cfg.sandbox.backend == "docker" or (
+        cfg.sandbox.python is not None and cfg.grading.python is not None
+    )
 
 
 def _manifest(run_id: str, cfg: EvalConfig, pset: Pset, totals: Totals) -> dict[str, Any]:
@@ -274,13 +282,9 @@ def run_eval(
         ConfigError: resuming with a different agent, configuration or task set.
     """
     if only_ready:
-        pset, totals = runnable(pset)
+        pset, totals = runnable(pset, interpreter_given=_brings_interpreter(cfg))
     else:
-        totals = Totals(
-            name=pset.benchmark,
-            snippets=len(pset.snippets),
-            weight=sum(s.weight for s in pset.snippets),
-        )
+        totals = _totals(pset, [])
     run_dir.mkdir(parents=True, exist_ok=True)
     manifest_path = run_dir / RUN_FILE
     if resume and manifest_path.exists():
