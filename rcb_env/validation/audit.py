@@ -21,12 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-import pathspec
 from pydantic import BaseModel, ConfigDict
 
 from rcb_env import envs
 from rcb_env.sandbox import SandboxFactory
-from rcb_env.task.loader import bundled_root, load_pset
+from rcb_env.task.loader import bundled_root, is_hidden, load_pset
 from rcb_env.task.models import Paper, Pset, Snippet
 
 #: Shorter lines (``return x``) are too common to mean anything.
@@ -149,7 +148,7 @@ def _accepted(paper: Paper, path: str) -> str | None:
         return None
     rel = path[2:]
     for entry in paper.overlay.audit_accepted:
-        if pathspec.GitIgnoreSpec.from_lines([entry.path]).match_file(rel):
+        if is_hidden(rel, (entry.path,)):
             return f"{entry.kind}: {entry.reason}"
     return None
 
