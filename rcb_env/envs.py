@@ -210,6 +210,11 @@ def availability(paper: Paper, *, interpreter_given: bool = False) -> Availabili
     reason = ""
     if paper.overlay.known_issue:
         reason = paper.overlay.known_issue
+    elif paper.unavailable:
+        reason = paper.unavailable
+    elif paper.snippets and all(s.unavailable for s in paper.snippets):
+        reasons = sorted({s.unavailable or "" for s in paper.snippets})
+        reason = reasons[0] if len(reasons) == 1 else "; ".join(reasons)
     elif not assets_ready(paper):
         reason = "its test assets are not fetched (rcb-env setup --assets)"
     elif spec is not None and needs_env and not spec.built:

@@ -9,6 +9,7 @@ Nothing of a benchmark's data is shipped: ``rcb-env get NAME`` downloads it for 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from rcb_env import config
 from rcb_env._common import Frozen
@@ -31,7 +32,15 @@ class Benchmark(Frozen):
     folder: str
     """The task tree inside the repository, e.g. ``pset``."""
     tree_hash: str
-    """:func:`rcb_env.catalog.fetch.tree_hash` of that folder at that commit."""
+    """The hash of that folder at that commit: :func:`rcb_env.catalog.fetch.tree_hash` of its
+    files (``verify="files"``), or :func:`rcb_env.catalog.fetch.listing_hash` of git's listing
+    of it (``verify="git"``)."""
+    verify: Literal["files", "git"] = "files"
+    """``files``: every file is hashed, so any complete copy (clone, archive, folder) verifies.
+    ``git``: git's listing of the folder at the commit (paths, modes, object ids) is hashed and
+    every extracted file is checked against its object id; only a git repository (a URL, a
+    clone or a bare mirror) can be the source, and a copy whose object store lacks some files
+    (large blobs left out of a mirror) installs what it has and records what it lacks."""
     source: str = "paper2code"
     """The task source (layout) that reads it."""
     overlay: str | None = None
@@ -65,6 +74,17 @@ BENCHMARKS: dict[str, Benchmark] = {
             tree_hash="3e3905ec7d570d9bbc39c6903b041f2abc0f6e3ca5c8f7306f5ec3864320da26",
             overlay="researchcodebench.yaml",
             results="outputs/20llms_greedy/2025-05-12-17-13-20/overall_stats.json",
+        ),
+        Benchmark(
+            name="lmr-bench",
+            title="LMR-Bench (Yan et al., 2025; arXiv 2506.17335)",
+            repository="https://github.com/du-nlp-lab/LMR-Bench.git",
+            commit="2198c4229f1ee81f955caf0e4cbfdc9b6c1c8af2",
+            folder="benchmark",
+            tree_hash="77d3cbd7f4612de6e380fd050011bb01b00e5f4132e165cf511e3d38121128ba",
+            verify="git",
+            source="lmr",
+            overlay="lmr-bench.yaml",
         ),
     )
 }

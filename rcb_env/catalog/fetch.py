@@ -48,6 +48,101 @@ def tree_hash(root: Path) -> str:
     return h.hexdigest()
 
 
+#: What a ``verify="git"`` copy lacks, one line each in the verified marker after the hashes.
+MISSING = "missing"
+SUBMODULE = "submodule"
+
+
+def listing_hash(entries: list[tuple[str, str, str, str]]) -> str:
+    """SHA-256 over git's listing of a folder: sorted ``(path, mode, type, object id)``, paths
+    relative to the folder. Pins the content without needing it: every file's object id is the
+    SHA-1 of its bytes, checked when the file is extracted."""
+    h = hashlib.sha256()
+    for path, mode, kind, oid in sorted(entries):
+        h.update(f"{path}\0{mode}\0{kind}\0{oid}\n".encode())
+    return h.hexdigest()
+
+
+def _blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+
+
+def _is_git_dir(path: Path) -> bool:
+    """A repository (work tree with ``.git``) or a bare one (``HEAD`` and ``objects/``)."""
+    return (path / ".git").exists() or ((path / "HEAD").is_file() and (path / "objects").is_dir())
+
+
+def _listing(gitdir: Path, commit: str, folder: str) -> list[tuple[str, str, str, str]]:
+    """git's listing of ``folder`` at ``commit``: (path relative to folder, mode, type, id)."""
+    run = subprocess.run(
+        ["git", "-C", str(gitdir), "ls-tree", "-r", "-z", "--full-tree", commit, "--", folder],
+        capture_output=True,
+        check=False,
+    )
+    if run.returncode != 0:
+        raise FetchError(
+            f"{gitdir}: cannot list {folder}/ at {commit[:12]} (is the commit there?): "
+            f"{run.stderr.decode(errors='replace').strip()[-400:]}"
+        )
+    entries = []
+    prefix = folder.rstrip("/") + "/"
+    for record in run.stdout.split(b"\0"):
+        if not record:
+            continue
+        meta, _, path = record.partition(b"\t")
+        mode, kind, oid = meta.decode().split()
+        rel = path.decode("utf-8", "surrogateescape")
+        entries.append((rel.removeprefix(prefix), mode, kind, oid))
+    if not entries:
+        raise FetchError(f"{gitdir}: no {folder}/ folder at {commit[:12]}")
+    return entries
+
+
+def _git_extract(
+    gitdir: Path, commit: str, folder: str, dest: Path, log: Callable[[str], None]
+) -> tuple[str, list[str], list[str]]:
+    """Write ``folder`` at ``commit`` from ``gitdir``'s object store into ``dest``: every file
+    whose object is there (checked against its id), an empty folder per submodule link.
+    Returns the listing hash, the files the store lacks and the submodule folders."""
+    entries = _listing(gitdir, commit, folder)
+    missing: list[str] = []
+    submodules: list[str] = []
+    blobs = [(rel, mode, oid) for rel, mode, kind, oid in entries if kind == "blob"]
+    for rel, _mode, kind, _oid in entries:
+        if kind == "commit":
+            submodules.append(rel)
+            (dest / rel).mkdir(parents=True, exist_ok=True)
+    with subprocess.Popen(
+        ["git", "-C", str(gitdir), "cat-file", "--batch"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        for rel, mode, oid in blobs:
+            if ".." in Path(rel).parts or rel.startswith("/"):
+                raise FetchError(f"unsafe path in the repository: {rel}")
+            proc.stdin.write(oid.encode() + b"\n")
+            proc.stdin.flush()
+            header = proc.stdout.readline().split()
+            if len(header) < 3:  # "<id> missing"
+                missing.append(rel)
+                continue
+            data = proc.stdout.read(int(header[2]))
+            proc.stdout.read(1)  # the newline after the contents
+            if mode == "120000":
+                raise FetchError(f"{rel}: a symbolic link in a benchmark tree")
+            if _blob_id(data) != oid:
+                raise FetchError(f"{rel}: its bytes do not match git's object id {oid}")
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        proc.stdin.close()
+    if missing:
+        log(f"{len(missing)} files are not in this copy's object store (recorded as missing)")
+    return listing_hash(entries), missing, submodules
+
+
 def _is_archive(source: str) -> bool:
     return source.lower().split("?", 1)[0].endswith(_ARCHIVES)
 
@@ -96,6 +191,61 @@ def _clone(url: str, commit: str, dest: Path, log: Callable[[str], None]) -> Pat
     return dest
 
 
+def _fetch_objects(url: str, commit: str, dest: Path, log: Callable[[str], None]) -> Path:
+    """A bare repository holding ``commit`` from ``url`` (no work tree)."""
+    log(f"fetching {url} at {commit[:12]}")
+    _git("init", "-q", "--bare", str(dest))
+    _git("fetch", "-q", "--depth", "1", url, commit, cwd=dest)
+    return dest
+
+
+def _fetch_git_verified(
+    bench: Benchmark, where: str, work: Path, log: Callable[[str], None]
+) -> tuple[Path, str]:
+    """``verify="git"``: the folder extracted from a repository's objects, and the marker's
+    extra lines (what the copy lacks)."""
+    local = Path(where).expanduser()
+    if local.is_dir() and _is_git_dir(local):
+        gitdir = local
+    elif "://" in where or where.endswith(".git"):
+        gitdir = _fetch_objects(where, bench.commit, work / "repo.git", log)
+    else:
+        raise ConfigError(
+            f"--from {where}: {bench.name} is verified through git's object ids, so its source "
+            "must be a git repository (a URL, a clone or a bare mirror), not a folder or archive"
+        )
+    tree = work / "tree"
+    tree.mkdir()
+    got, missing, submodules = _git_extract(gitdir, bench.commit, bench.folder, tree, log)
+    if got != bench.tree_hash:
+        raise FetchError(
+            f"{bench.name} from {where}: git's listing of {bench.folder}/ at "
+            f"{bench.commit[:12]} hashes to {got[:16]}..., not the pinned "
+            f"{bench.tree_hash[:16]}...; nothing was installed"
+        )
+    extra = "".join(f"{MISSING}\t{m}\n" for m in missing)
+    extra += "".join(f"{SUBMODULE}\t{m}\n" for m in submodules)
+    return tree, extra
+
+
+def verified_gaps(root: Path) -> tuple[set[str], set[str]]:
+    """What an installed copy lacks (files not in its source's object store) and its empty
+    submodule folders, relative to ``root``; empty sets for a complete copy or a plain folder."""
+    missing: set[str] = set()
+    submodules: set[str] = set()
+    try:
+        lines = (root / VERIFIED).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return missing, submodules
+    for line in lines[2:]:
+        kind, _, rel = line.partition("\t")
+        if kind == MISSING:
+            missing.add(rel)
+        elif kind == SUBMODULE:
+            submodules.add(rel)
+    return missing, submodules
+
+
 def _find_folder(root: Path, folder: str) -> Path:
     """The task folder inside an unpacked repository (archives add a top-level folder)."""
     for candidate in (root / folder, *(d / folder for d in sorted(root.iterdir()) if d.is_dir())):
@@ -128,16 +278,19 @@ def fetch(
         work = Path(tmp)
         where = source or bench.repository
         local = Path(where).expanduser()
-        if _is_archive(where):
+        extra = ""
+        if bench.verify == "git":
+            tree, extra = _fetch_git_verified(bench, where, work, log)
+        elif _is_archive(where):
             archive = local if local.is_file() else _download(where, work, log)
             tree = _find_folder(_extract(archive, work / "unpacked"), bench.folder)
-        elif local.is_dir() and not (local / ".git").exists() and not local.name.endswith(".git"):
+        elif local.is_dir() and not _is_git_dir(local) and not local.name.endswith(".git"):
             tree = _find_folder(local, bench.folder)
         elif "://" in where or local.exists():
             tree = _find_folder(_clone(where, bench.commit, work / "repo", log), bench.folder)
         else:
             raise ConfigError(f"--from {where}: neither a folder, an archive nor a git URL")
-        got = tree_hash(tree)
+        got = bench.tree_hash if bench.verify == "git" else tree_hash(tree)
         if got != bench.tree_hash:
             raise FetchError(
                 f"{bench.name} from {where}: the task tree's hash is {got[:16]}..., not the "
@@ -146,7 +299,7 @@ def fetch(
             )
         staged = work / "staged"
         shutil.copytree(tree, staged, ignore=shutil.ignore_patterns(".git"))
-        (staged / VERIFIED).write_text(f"{bench.commit}\n{bench.tree_hash}\n")
+        (staged / VERIFIED).write_text(f"{bench.commit}\n{bench.tree_hash}\n{extra}")
         for dirpath, dirnames, filenames in os.walk(staged):
             for n in dirnames:
                 os.chmod(os.path.join(dirpath, n), 0o755)

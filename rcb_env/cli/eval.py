@@ -121,7 +121,8 @@ def eval_cmd(
     _print_failures(loaded)
     # (run_eval leaves them out and records why; said here before the run starts)
     for u in runnable(loaded, interpreter_given=sandbox == "docker")[1].unavailable:
-        err.print(f"left out {u.paper}: {u.reason}", highlight=False, soft_wrap=True)
+        what = f"{u.paper}/{u.snippet}" if u.snippet else u.paper
+        err.print(f"left out {what}: {u.reason}", highlight=False, soft_wrap=True)
     model_cfg = None
     if model is not None:
         model_cfg = model_settings(

@@ -53,7 +53,8 @@ def validate_cmd(
     if not everything:
         loaded, totals = runnable(loaded)
         for u in totals.unavailable:
-            out.print(f"unavailable {u.paper}: {u.reason}", highlight=False, soft_wrap=True)
+            what = f"{u.paper}/{u.snippet}" if u.snippet else u.paper
+            out.print(f"unavailable {what}: {u.reason}", highlight=False, soft_wrap=True)
     cfg = GradingConfig() if timeout is None else GradingConfig(timeout_s=timeout)
     grader = Grader(cfg)
     with _progress("validating") as progress:

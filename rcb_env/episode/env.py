@@ -72,9 +72,7 @@ class RcbEnv(gym.Env[str, Any]):
         self.grader = Grader(grading_config, executor=self.factory.grading_executor(paper))
         self.source = source_for(paper)
         self.statement = self.source.statement(paper, snippet)
-        self.paper_text = (paper.root / paper.paper_file).read_text(
-            encoding="utf-8", errors="replace"
-        )
+        self.paper_text = self.source.paper_text(paper)
         self.observation_space = TextSpace()
         visible = tuple(sorted({snippet.file, *self.statement.context_files}))
         self.action_space = ActionSpace(visible)
@@ -294,7 +292,7 @@ class RcbEnv(gym.Env[str, Any]):
             context = "Files worth reading for context: " + ", ".join(st.context_files) + "\n"
         return (
             f'Task: {st.intro} "{st.title}".\n'
-            f"\nIn {st.file}, these two comment lines stand where the code was removed:\n\n"
+            f"\nIn {st.file}, {st.placeholder_intro}:\n\n"
             f"{todo}\n\n"
             f"{st.instructions}\n"
             f"{context}"

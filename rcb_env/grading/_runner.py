@@ -3,10 +3,12 @@ and keeps to syntax older Pythons accept.
 
 Usage: ``python _runner.py TEST_FILE REPORT_FILE KEY_FILE [MEMORY_BYTES FSIZE_BYTES CPU_SECONDS
 [CANDIDATE_FILE [PROTECTED_LIST]]]`` (PROTECTED_LIST: a file naming, one per line, the paths the
-task declares hidden, relative to the test's folder)
+task declares hidden, relative to the working folder; a line ``keep<TAB>path`` names a file the
+tests read later, which stays on the disk but is never readable by the code under test)
 
-It behaves like ``python TEST_FILE`` (same ``__main__``, argv, ``sys.path[0]`` and output, so the
-official output rule still reads the same text), except that ``unittest.main`` is replaced by a
+It behaves like ``python TEST_FILE`` run in the working folder (same ``__main__``, argv,
+``sys.path[0]`` = the test file's folder, and output, so the official output rule still reads
+the same text), except that ``unittest.main`` is replaced by a
 function that runs the discovered tests with a result class reporting each test's outcome to
 REPORT_FILE as JSON lines. A ``done`` line is written only when the test program finishes; a file
 that exits early leaves none.
@@ -72,6 +74,8 @@ _sealed = [False]
 _bypass = [False]
 #: co_filename values of the candidate's file
 _candidate_names: set[str] = set()
+#: protected files left on the disk for the tests (fixtures): the candidate never starts a program
+_kept: list[str] = []
 _GUARDED_PATHS = {"open", "os.link", "os.symlink", "os.rename", "os.remove", "os.truncate"}
 _SPAWN = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn"}
 
@@ -175,8 +179,8 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
             raise _refused(args[0])
         if _candidate_running():
             raise _refused(args[0])
-    elif event in _SPAWN and not _sealed[0] and _candidate_running():
-        # Until the protected files are off the disk, another program could read them.
+    elif event in _SPAWN and (not _sealed[0] or _kept) and _candidate_running():
+        # While protected files are on the disk, another program could read them.
         raise PermissionError("rcb-env: the code under test may not start programs yet")
 
 
@@ -240,20 +244,30 @@ class _MemoryLoader(importlib.abc.Loader):
 
 
 def _guard(here: str, test_file: str, candidate: str, declared: list[str]) -> None:
-    """Protect the answer (see the module docstring) from here on: the test file, every
-    ``*_ref.py``, and every path the task declares hidden (``declared``, relative)."""
-    hidden = {os.path.abspath(os.path.join(here, rel)) for rel in declared}
-    hidden.add(os.path.abspath(os.path.join(here, test_file)))
+    """Protect the answer (see the module docstring) from here on: the test file (unless it is
+    the candidate's own file), every ``*_ref.py``, and every path the task declares hidden
+    (``declared``, relative; ``keep<TAB>path``: left on the disk, guarded only)."""
+    kept = {
+        os.path.abspath(os.path.join(here, rel.split("\t", 1)[1]))
+        for rel in declared
+        if rel.startswith("keep\t")
+    }
+    hidden = {os.path.abspath(os.path.join(here, rel)) for rel in declared if "\t" not in rel}
+    if os.path.normpath(test_file) != os.path.normpath(candidate or "\0"):
+        hidden.add(os.path.abspath(os.path.join(here, test_file)))
     for dirpath, dirnames, filenames in os.walk(here):
         dirnames[:] = [d for d in dirnames if d != "__pycache__"]
         for name in filenames:
             path = os.path.join(dirpath, name)
-            if name.endswith("_ref.py") or os.path.abspath(path) in hidden:
+            full = os.path.abspath(path)
+            if name.endswith("_ref.py") or full in hidden or full in kept:
                 with contextlib.suppress(OSError):
                     st = os.stat(path)
                     _protected_ids.add((st.st_dev, st.st_ino))
-                    _protected_paths.update({os.path.abspath(path), os.path.realpath(path)})
-                    _protected_files.append(os.path.abspath(path))
+                    _protected_paths.update({full, os.path.realpath(path)})
+                    (_kept if full in kept and full not in hidden else _protected_files).append(
+                        full
+                    )
     if candidate:
         full = os.path.join(here, candidate)
         _candidate_names.update({full, os.path.abspath(full), os.path.realpath(full)})
@@ -536,7 +550,7 @@ def run() -> int:
             with contextlib.suppress(Exception):
                 _watch(name, importlib.import_module(name), _LIB_NAMES)
     sys.argv = [test_file]
-    sys.path[0] = here
+    sys.path[0] = os.path.dirname(os.path.abspath(os.path.join(here, test_file)))
     code = 0
     try:
         runpy.run_path(os.path.join(here, test_file), run_name="__main__")

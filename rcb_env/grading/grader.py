@@ -103,14 +103,27 @@ class Grader:
         # configured one; else each paper's task environment (rcb_env.envs).
         own = self.executor.interpreter
         self.python: Path | None = Path(own) if own else self.config.python
-        self._expected: dict[str, tuple[str, ...]] = {}
+        self._expected: dict[tuple[str, str], tuple[str, ...]] = {}
         self._lock = threading.Lock()
 
-    def expected(self, paper: Paper) -> tuple[str, ...]:
+    def expected(self, paper: Paper, snippet: Snippet | None = None) -> tuple[str, ...]:
+        """The tests a run of ``snippet``'s test file (default: the paper's first snippet's)
+        must report as passed, found once per test file."""
+        snippet = snippet or paper.snippets[0]
+        source = source_for(paper)
+        key = (paper.id, source.test_file(paper, snippet))
         with self._lock:
-            if paper.id not in self._expected:
-                self._expected[paper.id] = source_for(paper).expected_tests(paper)
-            return self._expected[paper.id]
+            if key not in self._expected:
+                self._expected[key] = source.tests_for(paper, snippet)
+            return self._expected[key]
+
+    @staticmethod
+    def health_snippet(paper: Paper, snippet: Snippet) -> Snippet:
+        """The snippet whose reference tells whether ``snippet``'s tests can pass here: the
+        first one graded by the same test file (for paper2code, the paper's first)."""
+        source = source_for(paper)
+        test = source.test_file(paper, snippet)
+        return next(s for s in paper.snippets if source.test_file(paper, s) == test)
 
     def timeout_for(self, paper: Paper) -> float:
         return paper.overlay.timeout_s or self.config.timeout_s
@@ -136,10 +149,10 @@ class Grader:
         if verify:
             if result.kind is FailureKind.KILLED:
                 # The kill repeated; was it the environment? Ask it now, not from the cache.
-                first = paper.snippets[0]
+                first = self.health_snippet(paper, snippet)
                 health = self._attempts(paper, first, first.reference_body)
             else:
-                health = self.pristine_health(paper)
+                health = self.pristine_health(paper, snippet)
             if health.passed:
                 every = f", on all {result.attempts} attempts" if result.attempts > 1 else ""
                 result = result.model_copy(
@@ -150,7 +163,7 @@ class Grader:
                     }
                 )
         if result.outcome is Outcome.FAILED and self.config.require_pristine:
-            health = health or self.pristine_health(paper)
+            health = health or self.pristine_health(paper, snippet)
             if not health.passed:
                 result = result.model_copy(
                     update={
@@ -164,27 +177,29 @@ class Grader:
         log.debug("graded", snippet=snippet.id, outcome=result.outcome, kind=result.kind)
         return result
 
-    def _health_key(self, paper: Paper) -> tuple[str, ...]:
+    def _health_key(self, paper: Paper, snippet: Snippet) -> tuple[str, ...]:
         image = str(getattr(self.executor, "image", ""))
         return (
             str(paper.root),
             paper.id,
+            source_for(paper).test_file(paper, snippet),
             str(self.python or ""),
             type(self.executor).__name__,
             image,
             str(self.config.timeout_s),
         )
 
-    def pristine_health(self, paper: Paper) -> GradeResult:
-        """Grade the untouched paper: does its reference pass in this environment? A pass or a
-        failure is remembered for this process (every grader of the same paper, interpreter and
-        executor kind shares it); an infrastructure verdict is not (it may be transient)."""
-        key = self._health_key(paper)
+    def pristine_health(self, paper: Paper, snippet: Snippet | None = None) -> GradeResult:
+        """Grade the untouched paper (the reference of ``snippet``'s test file; default: the
+        paper's first): does it pass in this environment? A pass or a failure is remembered for
+        this process (every grader of the same paper, test file, interpreter and executor kind
+        shares it); an infrastructure verdict is not (it may be transient)."""
+        first = self.health_snippet(paper, snippet or paper.snippets[0])
+        key = self._health_key(paper, first)
         with _health_lock:
             cached = _health.get(key)
         if cached is not None:
             return cached
-        first = paper.snippets[0]
         result = self._attempts(paper, first, first.reference_body)
         if not result.is_infra_error:
             with _health_lock:
@@ -220,7 +235,10 @@ class Grader:
         )
 
     def _run(self, paper: Paper, snippet: Snippet, body: str) -> GradeResult:
-        expected = self.expected(paper)
+        source = source_for(paper)
+        expected = self.expected(paper, snippet)
+        test_file = source.test_file(paper, snippet)
+        removed, kept = source.guarded(paper, snippet)
         try:
             python = self.python or envs.python_for(paper)
         except SandboxError as exc:
@@ -229,14 +247,16 @@ class Grader:
         try:
             folder = workdir / paper.slug
             try:
-                source_for(paper).write_grading_copy(paper, snippet, body, folder)
+                source.write_grading_copy(paper, snippet, body, folder)
                 rcb = workdir / "_rcb"
                 rcb.mkdir()
                 shutil.copyfile(RUNNER_SOURCE, rcb / "runner.py")
                 key = secrets.token_hex(32).encode()
                 (rcb / "key").write_bytes(key)
                 # Everything hidden from the agent is guarded from the candidate while graded.
-                (rcb / "protected").write_text("".join(f"{h}\n" for h in paper.hidden_paths))
+                (rcb / "protected").write_text(
+                    "".join(f"{h}\n" for h in removed) + "".join(f"keep\t{h}\n" for h in kept)
+                )
                 (workdir / "home").mkdir()
                 (workdir / "tmp").mkdir()
             except OSError as exc:
@@ -247,7 +267,7 @@ class Grader:
             argv = [
                 str(python),
                 str(rcb / "runner.py"),
-                paper.test_file,
+                test_file,
                 str(report),
                 str(rcb / "key"),
                 str(self.config.memory_mb * mb),
@@ -267,7 +287,13 @@ class Grader:
                 )
             except SandboxError as exc:
                 return _sandbox_failure(snippet, exc)
-            outcome, kind, detail, tests = classify(read_report(report, key), run, expected)
+            judged = source.judge(
+                paper, snippet, classify(read_report(report, key), run, expected), folder
+            )
+            outcome, kind, detail, tests = judged.verdict
+            official = judged.official_pass
+            if official is None:
+                official = run.exit_code == 0 and not run.timed_out and not run.found
             # The copy's random location means nothing to a reader and would make identical
             # runs differ: report it as /grading.
             where = str(workdir)
@@ -281,7 +307,7 @@ class Grader:
                 outcome=outcome,
                 kind=kind,
                 detail=stable(detail),
-                official_pass=run.exit_code == 0 and not run.timed_out and not run.found,
+                official_pass=official,
                 tests=tests,
                 exit_code=run.exit_code,
                 timed_out=run.timed_out,

@@ -35,6 +35,9 @@ class FailureKind(StrEnum):
     TAMPERING = "tampering"
     """The report channel was written by someone else, or a callable the verdict depends on
     (unittest, builtins, the tests, comparison functions) was replaced."""
+    LOG_FAILURE = "log_failure"
+    """Everything else passed, but the test's own log (LMR-Bench's per-check "Test Passed" /
+    "Test Failed" lines) reports a failed check, or no passed one."""
     NONZERO_EXIT = "nonzero_exit"
     """All tests passed but the process exited with a non-zero status."""
     MEMORY_LIMIT = "memory_limit"

@@ -63,7 +63,8 @@ def print_totals(s: Summary) -> str:
             f"scaled {s.full.scaled:.2f} / plain {s.full.plain:.2f}"
         )
     for u in t.unavailable:
-        lines.append(f"  left out: {u.paper} ({u.snippets} snippets, {u.weight} lines): {u.reason}")
+        what = f"{u.paper}/{u.snippet}" if u.snippet else u.paper
+        lines.append(f"  left out: {what} ({u.snippets} snippets, {u.weight} lines): {u.reason}")
     return "\n".join(lines)
 
 

@@ -45,6 +45,8 @@ class Unavailable(BaseModel):
     reason: str
     snippets: int
     weight: int
+    snippet: str | None = None
+    """Set when only this snippet of the paper is left out (its own reason)."""
 
 
 class Totals(BaseModel):

@@ -206,7 +206,19 @@ def runnable(pset: Pset, *, interpreter_given: bool = False) -> tuple[Pset, Tota
     for paper in pset.papers:
         a = envs.availability(paper, interpreter_given=interpreter_given)
         if a.status == "ready":
-            ready.append(paper)
+            kept = tuple(s for s in paper.snippets if not s.unavailable)
+            left_out += [
+                Unavailable(
+                    paper=paper.id,
+                    snippet=s.name,
+                    reason=s.unavailable or "",
+                    snippets=1,
+                    weight=s.weight,
+                )
+                for s in paper.snippets
+                if s.unavailable
+            ]
+            ready.append(paper if len(kept) == len(paper.snippets) else _only(paper, kept))
         else:
             left_out.append(
                 Unavailable(
@@ -217,6 +229,11 @@ def runnable(pset: Pset, *, interpreter_given: bool = False) -> tuple[Pset, Tota
                 )
             )
     return pset.model_copy(update={"papers": tuple(ready)}), _totals(pset, left_out)
+
+
+def _only(paper: Paper, snippets: tuple[Snippet, ...]) -> Paper:
+    """``paper`` with only ``snippets`` (the others cannot run here)."""
+    return paper.model_copy(update={"snippets": snippets})
 
 
 def _totals(pset: Pset, unavailable: list[Unavailable]) -> Totals:

@@ -221,7 +221,6 @@ def extract_region(masked_text: str, placeholder: list[str], edited_text: str) -
         ValueError: ``masked_text`` does not contain the placeholder lines.
     """
     masked = ann.split_lines(masked_text)
-    edited = ann.split_lines(edited_text)
     want = [line.rstrip("\r\n") for line in placeholder]
     n = len(want)
     start = next(
@@ -234,7 +233,15 @@ def extract_region(masked_text: str, placeholder: list[str], edited_text: str) -
     )
     if start is None or n == 0:
         raise ValueError("the masked text has no placeholder block")
-    end = start + n
+    return extract_span(masked_text, start, start + n, edited_text)
+
+
+def extract_span(masked_text: str, start: int, end: int, edited_text: str) -> tuple[str, bool]:
+    """What now stands where lines ``start:end`` (0-based, end exclusive; may be empty) stood in
+    ``masked_text``; see :func:`extract_region`."""
+    masked = ann.split_lines(masked_text)
+    edited = ann.split_lines(edited_text)
+    n = end - start
     mapping: dict[int, int] = {}
     matcher = difflib.SequenceMatcher(None, masked, edited, autojunk=False)
     for block in matcher.get_matching_blocks():

@@ -215,6 +215,16 @@ def _read_overlay(path: Path, *, key: str | None = None) -> Overlay | None:
         ) from None
 
 
+def read_overlay(path: Path, *, key: str | None = None) -> Overlay | None:
+    """An overlay file (a paper folder's ``rcb-env.yaml``, or with ``key`` the entry of that
+    paper in a pset-level one, its ``environments:`` resolved).
+
+    Raises:
+        MetadataError: the file or the entry is malformed (names file and line).
+    """
+    return _read_overlay(path, key=key)
+
+
 def _plain(value: Any) -> Any:
     """ruamel.yaml's containers as tuples and dicts (the frozen models take tuples)."""
     if isinstance(value, Mapping):

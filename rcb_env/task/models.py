@@ -128,6 +128,19 @@ class Snippet(Frozen):
     """The original text strictly between the two markers."""
     masked_text: str
     """The annotated file as the solver sees it when this snippet is masked."""
+    placeholder: str | None = None
+    """What stands in the region in ``masked_text`` when the layout masks with its own text
+    (LMR-Bench's ``pass``, TODOs, ``raise NotImplementedError``); None: the two TODO comment
+    lines of the paper2code layout."""
+    symbol: str | None = None
+    """The function whose body is the region (``Class.method``), for layouts that mask functions."""
+    instruction: str | None = None
+    """The benchmark's own words on what to implement, when it has them (LMR-Bench)."""
+    test_file: str | None = None
+    """This snippet's test entry point when the layout has one per snippet; None: the paper's."""
+    unavailable: str | None = None
+    """Why this snippet cannot run in a standard installation, found by its task source (a test
+    fixture the repository lacks, a model download, CUDA); None: nothing known."""
 
     @property
     def id(self) -> str:
@@ -146,7 +159,10 @@ class Snippet(Frozen):
         )
 
     def todo_body(self) -> str:
-        """The masked placeholder (two TODO comment lines) as a candidate body."""
+        """The masked placeholder (the layout's own, or two TODO comment lines) as a candidate
+        body."""
+        if self.placeholder is not None:
+            return self.placeholder
         return "".join(todo_lines(self.name, self.weight, self.indent))
 
     def pass_body(self) -> str:
@@ -190,6 +206,9 @@ class Paper(Frozen):
     """rcb-env's settings for this paper."""
     snippets: tuple[Snippet, ...]
     """Every snippet, parents and children, ordered by file then start line."""
+    unavailable: str | None = None
+    """Why none of this paper's snippets can run (an empty repository), found by its task
+    source; None: nothing known (see also :attr:`Overlay.known_issue`)."""
 
     @property
     def id(self) -> str:

@@ -16,11 +16,14 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import ClassVar, TypeVar
+from typing import TYPE_CHECKING, ClassVar, NamedTuple, TypeVar
 
 from rcb_env._common import Frozen
 from rcb_env._registry import Registry
 from rcb_env.task.models import Paper, Pset, Snippet
+
+if TYPE_CHECKING:
+    from rcb_env.grading.verdict import Verdict
 
 
 class TaskStatement(Frozen):
@@ -33,6 +36,8 @@ class TaskStatement(Frozen):
     """The file holding the masked region, relative to the workspace."""
     placeholder: str
     """The exact text that stands where the code was removed (what an agent replaces)."""
+    placeholder_intro: str = "these two comment lines stand where the code was removed"
+    """How the statement introduces the placeholder ("In <file>, <this>:")."""
     indent: str
     """Indentation of the masked region."""
     intro: str
@@ -45,6 +50,15 @@ class TaskStatement(Frozen):
     """The paper's text file, relative to the paper folder."""
     paper_is_markdown: bool = False
     """Markdown headings (else LaTeX sectioning commands)."""
+
+
+class Judged(NamedTuple):
+    """A source's last word on a grading run."""
+
+    verdict: Verdict
+    """rcb-env's verdict, possibly turned into a failure by the layout's own rule."""
+    official_pass: bool | None
+    """The official harness's rule on this run; None: the default (paper2code) rule."""
 
 
 class TaskSource(ABC):
@@ -93,10 +107,37 @@ class TaskSource(ABC):
     def statement(self, paper: Paper, snippet: Snippet) -> TaskStatement:
         """The task as the agent is given it."""
 
+    # Hooks with defaults: a layout overrides what differs from the paper2code one. ----------
+    def paper_text(self, paper: Paper) -> str:
+        """The paper as text (what ``read_paper`` and the statement show)."""
+        return (paper.root / paper.paper_file).read_text(encoding="utf-8", errors="replace")
+
+    def test_file(self, paper: Paper, snippet: Snippet) -> str:
+        """The test entry point that grades ``snippet``, relative to the paper folder."""
+        return snippet.test_file or paper.test_file
+
+    def tests_for(self, paper: Paper, snippet: Snippet) -> tuple[str, ...]:
+        """The tests a grading run of ``snippet``'s test file must report as passed."""
+        return self.expected_tests(paper)
+
+    def guarded(self, paper: Paper, snippet: Snippet) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """What the runner guards from the code under test while grading ``snippet``: files
+        taken off the disk once the tests are loaded (modules the tests import, held in memory),
+        and files left on the disk for the tests to read later but never readable by the
+        candidate (fixtures with expected outputs; the candidate may then start no program)."""
+        return paper.hidden_paths, ()
+
+    def judge(self, paper: Paper, snippet: Snippet, verdict: Verdict, copy: Path) -> Judged:
+        """The layout's own rule on top of rcb-env's verdict, and the official harness's rule,
+        from the finished run (``copy`` is the grading copy, still on disk). Default: the
+        verdict as is; the official rule is the paper2code one (exit 0, no error words)."""
+        return Judged(verdict=verdict, official_pass=None)
+
 
 #: Built-in sources by name: resolved on first use, so the registry imports nothing.
 _registry: Registry[TaskSource] = Registry(
-    "task source", {"paper2code": "rcb_env.task.paper2code:Paper2Code"}
+    "task source",
+    {"paper2code": "rcb_env.task.paper2code:Paper2Code", "lmr": "rcb_env.task.lmr:LmrBench"},
 )
 _instances: dict[str, TaskSource] = {}
 _lock = threading.Lock()
