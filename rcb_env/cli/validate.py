@@ -49,6 +49,7 @@ def validate_cmd(
     """Check every snippet: reference passes; masked and `pass` versions fail. Papers that
     cannot run in this installation are listed with the reason and not run (--all runs them)."""
     loaded = _load(pset, papers)
+    whole = loaded
     _print_failures(loaded)
     if not everything:
         loaded, totals = runnable(loaded)
@@ -65,6 +66,7 @@ def validate_cmd(
             jobs=jobs,
             repeat=repeat,
             on_done=lambda label: progress.update(bar, advance=1, description=label),
+            everything=whole,
         )
     print_validation(out, report, _shown(report.root))
     if json_path is not None:

@@ -50,6 +50,7 @@ from rcb_env.task.models import (
     Snippet,
 )
 from rcb_env.task.source import Judged, TaskSource, TaskStatement
+from rcb_env.validation.exercise import Reach, reach
 
 INFO = "info.json"
 GOLDEN_DIR = "golden_files"
@@ -288,6 +289,12 @@ class LmrBench(TaskSource):
                 continue
             (removed if rel.endswith(".py") else kept).append(rel)
         return tuple(removed), tuple(kept)
+
+    def reach(self, paper: Paper, snippet: Snippet) -> Reach | None:
+        if not snippet.masked_text or not snippet.symbol:
+            return None  # an empty repository: nothing to look at
+        path = paper.overlay.env.get("PYTHONPATH", ".").split(":")
+        return reach(paper.root, self.test_file(paper, snippet), snippet.file, snippet.symbol, path)
 
     def judge(self, paper: Paper, snippet: Snippet, verdict: Verdict, copy: Path) -> Judged:
         log = _log_file(paper, snippet)

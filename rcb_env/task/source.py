@@ -24,6 +24,7 @@ from rcb_env.task.models import Paper, Pset, Snippet
 
 if TYPE_CHECKING:
     from rcb_env.grading.verdict import Verdict
+    from rcb_env.validation.exercise import Reach
 
 
 class TaskStatement(Frozen):
@@ -126,6 +127,11 @@ class TaskSource(ABC):
         and files left on the disk for the tests to read later but never readable by the
         candidate (fixtures with expected outputs; the candidate may then start no program)."""
         return paper.hidden_paths, ()
+
+    def reach(self, paper: Paper, snippet: Snippet) -> Reach | None:
+        """Does the snippet's test reach its code (a static check for ``validate``)? None: the
+        layout does not say (paper2code's tests import the annotated files directly)."""
+        return None
 
     def judge(self, paper: Paper, snippet: Snippet, verdict: Verdict, copy: Path) -> Judged:
         """The layout's own rule on top of rcb-env's verdict, and the official harness's rule,

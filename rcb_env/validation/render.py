@@ -51,10 +51,24 @@ def print_validation(out: Console, report: ValidationReport, root_label: str) ->
             if p.known_issue:
                 out.print(f"  known issue: {p.known_issue}", highlight=False, soft_wrap=True)
         for s in p.snippet_reports:
+            if (
+                s.status is Status.WEAK
+                and s.masked.outcome != "passed"
+                and (s.mutant.outcome != "passed")
+            ):
+                continue  # a static finding: printed below
             if s.status is Status.WEAK:
                 which = "masked" if s.masked.outcome == "passed" else "pass-mutant"
                 out.print(
                     f"[yellow]weak[/yellow] {s.id}: the {which} version passes", highlight=False
                 )
+    for finding in report.static:
+        label = "unexercised" if finding.kind == "not_imported" else "weak"
+        where = "" if finding.available else " (cannot run here; found statically)"
+        out.print(
+            f"[yellow]{label}[/yellow] {finding.id}: {finding.detail}{where}",
+            highlight=False,
+            soft_wrap=True,
+        )
     for f in report.load_failures:
         out.print(f"[red]load error[/red] {f.paper}: {f.message}", highlight=False, soft_wrap=True)

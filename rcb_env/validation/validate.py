@@ -15,6 +15,8 @@ from rcb_env._common import Frozen
 from rcb_env.grading.grader import Grader
 from rcb_env.grading.models import GradeResult, Outcome
 from rcb_env.task.models import LoadFailure, Paper, Pset, Snippet
+from rcb_env.task.source import source_for
+from rcb_env.validation.exercise import Reach, ReachKind
 
 SCHEMA = "rcb-env/validate/1"
 
@@ -23,7 +25,10 @@ class Status(StrEnum):
     OK = "ok"
     """Reference passes every repeat; masked and pass-mutant fail."""
     WEAK = "weak"
-    """The tests do not notice a missing snippet (masked or pass-mutant passes)."""
+    """The tests do not notice a missing snippet (masked or pass-mutant passes), or nothing the
+    test uses refers to the snippet's function (static)."""
+    UNEXERCISED = "unexercised"
+    """The test never imports the candidate's file (static): it checks some other code."""
     FLAKY = "flaky"
     """The reference passed in some repeats only."""
     BROKEN = "broken"
@@ -63,6 +68,19 @@ class SnippetReport(Frozen):
     """The masked placeholder as the candidate."""
     mutant: RunSummary
     """``pass`` as the candidate."""
+    reach: Reach | None = None
+    """Static: does the test reach the snippet's code (sources that can tell)."""
+
+
+class StaticFinding(Frozen):
+    """A task problem found without running anything, for every snippet of the selection
+    (including those that cannot run here)."""
+
+    id: str
+    kind: ReachKind
+    detail: str
+    available: bool
+    """Whether the snippet could run here (unavailable ones are not graded)."""
 
 
 class PaperReport(Frozen):
@@ -83,6 +101,17 @@ class ValidationReport(Frozen):
     repeat: int
     papers: tuple[PaperReport, ...]
     load_failures: tuple[LoadFailure, ...]
+    static: tuple[StaticFinding, ...] = ()
+    """Snippets whose test does not reach them (``not_imported``/``not_called``)."""
+
+    @property
+    def findings(self) -> bool:
+        """Anything to look at: a load failure, a snippet not ok, a static finding."""
+        return (
+            bool(self.load_failures)
+            or bool(self.static)
+            or any(s.status is not Status.OK for p in self.papers for s in p.snippet_reports)
+        )
 
     @property
     def ok(self) -> bool:
@@ -101,7 +130,14 @@ class ValidationReport(Frozen):
         return out
 
 
-def _status(reference: list[GradeResult], masked: GradeResult, mutant: GradeResult) -> Status:
+def _status(
+    reference: list[GradeResult],
+    masked: GradeResult,
+    mutant: GradeResult,
+    reached: Reach | None = None,
+) -> Status:
+    if reached is not None and reached.kind == "not_imported":
+        return Status.UNEXERCISED
     passes = sum(r.passed for r in reference)
     if passes == 0:
         if any(r.is_infra_error for r in reference):
@@ -109,7 +145,7 @@ def _status(reference: list[GradeResult], masked: GradeResult, mutant: GradeResu
         return Status.BROKEN
     if passes < len(reference):
         return Status.FLAKY
-    if masked.passed or mutant.passed:
+    if masked.passed or mutant.passed or (reached is not None and reached.kind == "not_called"):
         return Status.WEAK
     return Status.OK
 
@@ -121,9 +157,12 @@ def validate(
     jobs: int = 1,
     repeat: int = 1,
     on_done: Callable[[str], None] | None = None,
+    everything: Pset | None = None,
 ) -> ValidationReport:
-    """Grade every paper's reference ``repeat`` times and every snippet's masked and pass bodies,
-    with ``jobs`` gradings in parallel."""
+    """Grade every test file's reference ``repeat`` times and every snippet's masked and pass
+    bodies, with ``jobs`` gradings in parallel; check statically that each snippet's test
+    reaches it (over ``everything`` when given: the whole selection, including what cannot run
+    here)."""
     started: dict[str, float] = {p.id: time.monotonic() for p in pset.papers}
     # Validation measures the references themselves: raw verdicts, no pristine gate.
     grader = Grader(
@@ -139,13 +178,13 @@ def validate(
         return result
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        # One reference per test file (paper2code: one per paper; LMR: one per implementation).
         refs = {
-            p.id: [
-                pool.submit(run, p, p.snippets[0], p.snippets[0].reference_body, "reference")
-                for _ in range(repeat)
+            (p.id, group.name): [
+                pool.submit(run, p, group, group.reference_body, "reference") for _ in range(repeat)
             ]
             for p in pset.papers
-            if p.snippets
+            for group in _test_groups(p)
         }
         per_snippet = {
             s.id: (
@@ -157,17 +196,21 @@ def validate(
         }
         papers = []
         for p in pset.papers:
-            reference = [f.result() for f in refs.get(p.id, [])]
+            groups = _test_groups(p)
+            results = {g.name: [f.result() for f in refs[(p.id, g.name)]] for g in groups}
             reports = []
             for s in p.snippets:
                 masked, mutant = (f.result() for f in per_snippet[s.id])
+                reached = source_for(p).reach(p, s)
+                reference = results[Grader.health_snippet(p, s).name]
                 reports.append(
                     SnippetReport(
                         id=s.id,
                         weight=s.weight,
-                        status=_status(reference, masked, mutant),
+                        status=_status(reference, masked, mutant, reached),
                         masked=RunSummary.of(masked),
                         mutant=RunSummary.of(mutant),
+                        reach=reached,
                     )
                 )
             papers.append(
@@ -175,17 +218,49 @@ def validate(
                     id=p.id,
                     snippets=len(p.snippets),
                     weight=p.total_weight,
-                    reference=tuple(RunSummary.of(r) for r in reference),
+                    reference=tuple(RunSummary.of(r) for g in groups for r in results[g.name]),
                     known_issue=p.overlay.known_issue,
                     snippet_reports=tuple(reports),
                     duration_s=round(time.monotonic() - started[p.id], 3),
                 )
             )
+    runnable_ids = {s.id for s in pset.snippets}
     return ValidationReport(
-        root=str(pset.root), repeat=repeat, papers=tuple(papers), load_failures=pset.failures
+        root=str(pset.root),
+        repeat=repeat,
+        papers=tuple(papers),
+        load_failures=pset.failures,
+        static=static_findings(everything or pset, runnable_ids),
     )
+
+
+def _test_groups(paper: Paper) -> list[Snippet]:
+    """The first snippet of each test file of ``paper`` (whose reference speaks for the file)."""
+    firsts: dict[str, Snippet] = {}
+    for s in paper.snippets:
+        firsts.setdefault(Grader.health_snippet(paper, s).name, Grader.health_snippet(paper, s))
+    return list(firsts.values())
+
+
+def static_findings(pset: Pset, runnable: set[str] | None = None) -> tuple[StaticFinding, ...]:
+    """Every snippet whose test does not reach it, found without running anything."""
+    found = []
+    for p in pset.papers:
+        source = source_for(p)
+        for s in p.snippets:
+            r = source.reach(p, s)
+            if r is not None and r.kind in ("not_imported", "not_called"):
+                found.append(
+                    StaticFinding(
+                        id=s.id,
+                        kind=r.kind,
+                        detail=r.detail,
+                        available=runnable is None or s.id in runnable,
+                    )
+                )
+    return tuple(found)
 
 
 def planned_runs(pset: Pset, repeat: int) -> int:
     """How many gradings :func:`validate` will do (for a progress bar)."""
-    return sum(repeat + 2 * len(p.snippets) for p in pset.papers if p.snippets)
+    return sum(repeat * len(_test_groups(p)) + 2 * len(p.snippets) for p in pset.papers)
