@@ -211,7 +211,7 @@ class LmrBench(TaskSource):
 
     def write_grading_copy(self, paper: Paper, snippet: Snippet, body: str, dest: Path) -> None:
         shutil.copytree(paper.root, dest, ignore=_grading_ignore, symlinks=True)
-        for copy in _golden_copies(paper.root.parent, paper.root):
+        for copy in paper.excluded_paths:
             (dest / copy).unlink(missing_ok=True)  # the answer, left in the repository
         lines = pr.split_lines(snippet.masked_text)
         if body and not body.endswith("\n"):
@@ -221,9 +221,10 @@ class LmrBench(TaskSource):
         )
         (dest / snippet.file).write_bytes(inserted.encode())
         # A log left in the tree would speak for a run that never wrote one.
-        log = _log_file(paper, snippet)
-        if log is not None:
-            (dest / log).unlink(missing_ok=True)
+        for other in paper.snippets:
+            log = _log_file(paper, other)
+            if log is not None:
+                (dest / log).unlink(missing_ok=True)
 
     def extract_body(self, paper: Paper, snippet: Snippet, edited: str) -> tuple[str, bool]:
         return extract_span(snippet.masked_text, snippet.start_line, snippet.end_line - 1, edited)
@@ -322,9 +323,17 @@ def _grading_ignore(_directory: str, names: list[str]) -> set[str]:
     return {n for n in names if n in {".git", "__pycache__", ".DS_Store"} or n.endswith(".pyc")}
 
 
-@functools.lru_cache(maxsize=64)
 def _log_name(test_path: Path) -> str | None:
     """The log file a test script writes (its one ``'*.log'`` literal), or None."""
+    try:
+        stamp = test_path.stat().st_mtime_ns
+    except OSError:
+        return None
+    return _log_name_of(test_path, stamp)
+
+
+@functools.lru_cache(maxsize=256)
+def _log_name_of(test_path: Path, _stamp: int) -> str | None:
     try:
         text = test_path.read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -347,8 +356,15 @@ def _log_file(paper: Paper, snippet: Snippet) -> str | None:
     return (Path(test).parent / "logs" / name).as_posix()
 
 
-@functools.lru_cache(maxsize=64)
 def _paper_pages(path: Path) -> tuple[tuple[str, str], ...]:
+    try:
+        return _pages_of(path, path.stat().st_mtime_ns)
+    except OSError:
+        return ()
+
+
+@functools.lru_cache(maxsize=64)
+def _pages_of(path: Path, _stamp: int) -> tuple[tuple[str, str], ...]:
     try:
         data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
     except (OSError, json.JSONDecodeError):
@@ -615,6 +631,7 @@ def load_task(
         hidden_paths=hidden,
         overlay=overlay.model_copy(update={"env": env}),
         snippets=tuple(snippets),
+        excluded_paths=copies,
         unavailable=(
             f"empty repository: {repo_name}/ is a git submodule link whose content is not in "
             "the benchmark"
@@ -725,7 +742,6 @@ def _normal(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.replace("\r\n", "\n").split("\n")).strip()
 
 
-@functools.lru_cache(maxsize=64)
 def _golden_copies(folder: Path, repo: Path) -> tuple[str, ...]:
     """Files of the repository that are a golden file (same text up to line endings and
     trailing spaces): the answer, left in the repository by the benchmark. Hidden like the
@@ -760,7 +776,15 @@ def _golden_weight(golden_text: str, function: str, class_name: str | None) -> i
         )
     if node is None:
         return 0
-    first = node.body[0].lineno  # type: ignore[attr-defined]
+    body: list[ast.stmt] = node.body  # type: ignore[attr-defined]
+    docstring = (
+        isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    )
+    if docstring and len(body) > 1:  # masked files keep docstrings: not the answer
+        body = body[1:]
+    first = body[0].lineno
     lines = pr.split_lines(golden_text)[first - 1 : node.end_lineno]
     return sum(is_code_line(line) for line in lines)
 

@@ -206,6 +206,9 @@ class Paper(Frozen):
     """rcb-env's settings for this paper."""
     snippets: tuple[Snippet, ...]
     """Every snippet, parents and children, ordered by file then start line."""
+    excluded_paths: tuple[str, ...] = ()
+    """Files in neither the workspace nor the grading copy: copies of the answer the benchmark
+    left in the repository (found by the task source)."""
     unavailable: str | None = None
     """Why none of this paper's snippets can run (an empty repository), found by its task
     source; None: nothing known (see also :attr:`Overlay.known_issue`)."""
