@@ -22,6 +22,7 @@ from rcb_env.grading import GradingConfig
 from rcb_env.grading.grader import Grader
 from rcb_env.grading.models import FailureKind, Outcome
 from rcb_env.results import read_records
+from rcb_env.results.summary import summarize_run
 from rcb_env.runner import BudgetConfig, EvalConfig, run_eval
 from rcb_env.runner.eval import runnable
 from rcb_env.sandbox import SandboxConfig
@@ -475,3 +476,59 @@ def test_real_wrong_adalora_fails_ours_and_passes_the_official_rule(tmp_path: Pa
     assert wrong.official_pass, wrong.detail
     assert wrong.outcome is Outcome.FAILED
     assert wrong.kind is FailureKind.TEST_FAILURE
+
+
+# both layouts in one run -----------------------------------------------------------------------
+def test_two_benchmarks_in_one_run_summary_and_compare_each_with_its_denominator(
+    tmp_path: Path, require_bwrap: None
+) -> None:
+    from tests.conftest import math_files, write_paper, write_pset
+
+    p2c = write_pset(tmp_path / "p2c", [write_paper(tmp_path / "p2c", "maths", math_files())])
+    lmr = tmp_path / "lmr"
+    lt.write_toy(lmr)  # (02-Weak's first test cannot run: it imports the golden file)
+    runs = tmp_path / "runs"
+    runner = CliRunner()
+    for agent in ("oracle", "null"):
+        result = runner.invoke(
+            cli,
+            [
+                "eval", "--agent", agent, "--pset", str(p2c), "--pset", str(lmr),
+                "--sandbox", "bwrap", "--runs-dir", str(runs / agent), "--jobs", "2",
+            ],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+    (oracle,) = (runs / "oracle").iterdir()
+    (null,) = (runs / "null").iterdir()
+    manifest = json.loads((oracle / "run.json").read_text())
+    parts = {t["name"]: t for t in manifest["benchmark"]["parts"]}
+    assert set(parts) == {"p2c", "lmr"}
+    assert (parts["p2c"]["snippets"], parts["lmr"]["snippets"]) == (3, 3)
+    assert (parts["p2c"]["weight"], parts["lmr"]["weight"]) == (9, 10)
+    assert manifest["benchmark"]["name"] == "p2c + lmr"
+    summary = summarize_run(oracle)
+    by_name = {s.totals.name: s for s in summary.parts if s.totals}
+    assert by_name["p2c"].overall is not None
+    assert by_name["p2c"].overall.scaled == 100.0
+    lmr_rates = by_name["lmr"].overall
+    assert lmr_rates is not None
+    assert (lmr_rates.snippets, lmr_rates.weight, lmr_rates.scaled) == (3, 10, 100.0)
+    shown = runner.invoke(cli, ["summary", str(oracle)])
+    assert shown.exit_code == 0, shown.output
+    assert "lmr (runnable set)" in shown.output
+    assert "p2c (runnable set)" in shown.output
+    both = runner.invoke(cli, ["compare", str(oracle), str(null)])
+    assert both.exit_code == 0, both.output
+    assert "Per benchmark" in both.output
+    null_parts = {s.totals.name: s for s in summarize_run(null).parts if s.totals}
+    assert null_parts["lmr"].overall is not None
+    assert null_parts["lmr"].overall.scaled == 0.0
+
+
+def test_benchmarks_with_a_shared_paper_id_cannot_be_combined(tmp_path: Path) -> None:
+    from rcb_env.task.selection import combine
+
+    a = rcb_env.load(lt.write_benchmark(tmp_path / "a"))
+    b = rcb_env.load(lt.write_benchmark(tmp_path / "b"))
+    with pytest.raises(rcb_env.errors.ConfigError, match="is in both a and b"):
+        combine([a, b])

@@ -14,7 +14,7 @@ from rcb_env import logs
 from rcb_env.sandbox import BackendName, SandboxConfig, backend_names
 from rcb_env.task import loader
 from rcb_env.task.models import Pset
-from rcb_env.task.selection import select_snippets
+from rcb_env.task.selection import combine, select_snippets
 
 #: Exit codes of every command (documented in the README).
 EXIT_OK = 0
@@ -48,9 +48,34 @@ for _console in (out, err):
         _console.width = 140
 
 
-def _load(pset: str | None, papers: tuple[str, ...], snippets: tuple[str, ...] = ()) -> Pset:
-    root: str | Path = pset if pset is not None else loader.bundled_root()
-    loaded = loader.load(root, papers=set(papers) if papers else None)
+def _load(
+    pset: str | tuple[str, ...] | None, papers: tuple[str, ...], snippets: tuple[str, ...] = ()
+) -> Pset:
+    """The ``--pset`` value(s) loaded (several: one combined selection, each benchmark kept as a
+    part with its own denominators), narrowed to ``--paper``/``--snippet``."""
+    names: tuple[str, ...] = (pset,) if isinstance(pset, str) else tuple(pset or ())
+    roots: list[str | Path] = list(names) or [loader.bundled_root()]
+    wanted = set(papers) if papers else None
+    if len(roots) == 1:
+        loaded = loader.load(roots[0], papers=wanted)
+    else:
+        parts = [loader.load(root) for root in roots]
+        if wanted is not None:  # --paper picks from whichever benchmark has it
+            known = {p.id for x in parts for p in x.papers} | {
+                f.paper for x in parts for f in x.failures
+            }
+            if wanted - known:
+                raise click.UsageError(f"no paper named {', '.join(sorted(wanted - known))}")
+            parts = [
+                x.model_copy(
+                    update={
+                        "papers": tuple(p for p in x.papers if p.id in wanted),
+                        "failures": tuple(f for f in x.failures if f.paper in wanted),
+                    }
+                )
+                for x in parts
+            ]
+        loaded = combine(parts)
     try:
         return select_snippets(loaded, snippets)
     except KeyError as exc:
@@ -101,8 +126,11 @@ def _print_failures(p: Pset) -> None:
 
 pset_option = click.option(
     "--pset",
-    help="A benchmark's name (researchcodebench: its copy from `rcb-env get`), a pset root "
-    "(papers.yaml + paper folders) or one paper folder. Default: the bundled tasks.",
+    multiple=True,
+    help="A benchmark's name (researchcodebench, lmr-bench: its copy from `rcb-env get`), a "
+    "task folder of a known layout (a pset root, one paper folder, LMR-Bench task folders). "
+    "Repeatable: several benchmarks as one selection, each with its own denominators. "
+    "Default: the bundled tasks.",
 )
 paper_option = click.option(
     "--paper", "papers", multiple=True, help="Only this paper (repeatable)."

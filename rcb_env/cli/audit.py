@@ -39,7 +39,7 @@ from rcb_env.sandbox import BackendName, SandboxFactory
     help="Also audit the bundled canary task, whose seeded leak must be found (default: on).",
 )
 def audit_cmd(
-    pset: str | None,
+    pset: tuple[str, ...],
     papers: tuple[str, ...],
     sandbox: BackendName,
     cgroup_limits: str | None,

@@ -52,12 +52,12 @@ def _gib(n: int) -> str:
     "--assets", is_flag=True, help="Also fetch the files papers' tests need (needs network)."
 )
 def setup_cmd(
-    pset: str | None, papers: tuple[str, ...], name: str | None, jobs: int, assets: bool
+    pset: tuple[str, ...], papers: tuple[str, ...], name: str | None, jobs: int, assets: bool
 ) -> None:
     """Build the task environments (venvs) the benchmark's papers need, one per requirement
     set, shared between papers; existing ones are kept. Then list each paper's availability.
     Exit 1 if an environment failed to build."""
-    loaded = _load(name or pset, papers)
+    loaded = _load((name,) if name else pset, papers)
     _print_failures(loaded)
     reports = envs.setup(
         loaded.papers,

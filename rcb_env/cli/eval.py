@@ -87,7 +87,7 @@ from rcb_env.tools.toolbox import Feedback
 @click.option("--logprobs", is_flag=True, help="Ask the server for token log-probabilities.")
 def eval_cmd(
     agent: str,
-    pset: str | None,
+    pset: tuple[str, ...],
     papers: tuple[str, ...],
     snippets: tuple[str, ...],
     jobs: int,

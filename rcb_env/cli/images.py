@@ -34,7 +34,7 @@ def images() -> None:
     help="Download wheels into this folder on the host and build offline (--network=none).",
 )
 def images_build(
-    pset: str | None, papers: tuple[str, ...], base: str | None, wheels: Path | None
+    pset: tuple[str, ...], papers: tuple[str, ...], base: str | None, wheels: Path | None
 ) -> None:
     """Build the image of every paper (up-to-date images are kept)."""
     from rcb_env.sandbox import docker
@@ -62,7 +62,7 @@ def images_build(
 @pset_option
 @click.option("--base", help="Keep images built from this base (default as for build).")
 @click.option("--all", "everything", is_flag=True, help="Also remove containers of live runs.")
-def images_gc(pset: str | None, base: str | None, everything: bool) -> None:
+def images_gc(pset: tuple[str, ...], base: str | None, everything: bool) -> None:
     """Remove leftover rcb-env containers and stale rcb-env images."""
     from rcb_env.sandbox import docker
     from rcb_env.sandbox import images as img

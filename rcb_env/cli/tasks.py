@@ -45,7 +45,7 @@ from rcb_env.task.selection import select_papers
 @click.option("--tree", is_flag=True, help="Show every snippet with its nesting and weight.")
 @click.option("--json", "as_json", is_flag=True, help="Print the loaded specs as JSON.")
 def tasks(
-    pset: str | None,
+    pset: tuple[str, ...],
     papers: tuple[str, ...],
     after: dt.datetime | None,
     before: dt.datetime | None,

@@ -38,7 +38,7 @@ from rcb_env.validation.validate import planned_runs, validate
     "--all", "everything", is_flag=True, help="Also run papers that are unavailable here."
 )
 def validate_cmd(
-    pset: str | None,
+    pset: tuple[str, ...],
     papers: tuple[str, ...],
     jobs: int,
     repeat: int,

@@ -74,16 +74,23 @@ def compare(run_dirs: list[Path], *, force: bool = False) -> list[RunRow]:
         records = list(final_records(read_records(d / "episodes.jsonl")).values())
         summary = summarize_run(d)
         if IMPORTED in m and wanted is not None:
-            missing = wanted - {r.snippet_id for r in records}
+            totals = None
+            if reference is not None and reference.get("benchmark"):
+                totals = Totals.model_validate(reference["benchmark"])
+            # Imported results are one benchmark's: in a combined run, rate them on that part.
+            have = {r.paper_id for r in records}
+            part = next((t for t in (totals.parts if totals else ()) if have & set(t.papers)), None)
+            scope = wanted
+            if part is not None:
+                scope = {w for w in wanted if w.split("/", 1)[0] in set(part.papers)}
+                totals = part
+            missing = scope - {r.snippet_id for r in records}
             if missing and not force:
                 raise ConfigError(
                     f"{d} has no published result for {len(missing)} evaluated snippets "
                     f"(e.g. {sorted(missing)[0]})"
                 )
-            records = [r for r in records if r.snippet_id in wanted]
-            totals = None
-            if reference is not None and reference.get("benchmark"):
-                totals = Totals.model_validate(reference["benchmark"])
+            records = [r for r in records if r.snippet_id in scope]
             summary = summarize(records, totals)
         cfg = m["config"]
         model = (cfg.get("model") or {}).get("spec")

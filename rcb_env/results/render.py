@@ -29,10 +29,24 @@ def print_summary(out: Console, s: Summary, title: str) -> None:
 
     for pid, rates in s.per_paper.items():
         row(pid, rates)
+    if s.parts:
+        # a combined run: each benchmark on its own denominators, then all of them together
+        for part in s.parts:
+            table.add_section()
+            name = part.totals.name if part.totals and part.totals.name else "benchmark"
+            if part.overall is not None:
+                row(f"{name} (runnable set)", part.overall)
+            if part.full is not None:
+                row(f"{name} (full)", part.full)
     if s.overall is not None:
         table.add_section()
-        row("overall (runnable set)" if s.totals and s.totals.unavailable else "overall", s.overall)
-    if s.full is not None and s.totals is not None and s.totals.unavailable:
+        label = "overall"
+        if s.parts:
+            label = "all benchmarks (runnable set)"
+        elif s.totals and s.totals.unavailable:
+            label = "overall (runnable set)"
+        row(label, s.overall)
+    if s.full is not None and s.totals is not None and s.totals.unavailable and not s.parts:
         row(f"full {s.totals.name or 'benchmark'}", s.full)
     out.print(table)
     out.print(
@@ -42,7 +56,11 @@ def print_summary(out: Console, s: Summary, title: str) -> None:
         highlight=False,
         soft_wrap=True,
     )
-    if s.totals is not None and s.totals.unavailable:
+    if s.parts:
+        for part in s.parts:
+            if part.totals is not None:
+                out.print(print_totals(part), highlight=False, soft_wrap=True)
+    elif s.totals is not None and s.totals.unavailable:
         out.print(print_totals(s), highlight=False, soft_wrap=True)
 
 
@@ -103,3 +121,20 @@ def print_comparison(out: Console, rows: list[RunRow]) -> None:
             cells.append("-" if rates is None else f"{rates.scaled:.2f}")
         per_paper.add_row(p, *cells)
     out.print(per_paper)
+    named = [part.totals.name for r in rows for part in r.summary.parts if part.totals]
+    if named:
+        bench = Table(title="Per benchmark (each on its own denominators)")
+        bench.add_column("benchmark", no_wrap=True)
+        for r in rows:
+            bench.add_column(f"{r.run} runnable %", justify="right")
+            bench.add_column(f"{r.run} full %", justify="right")
+        for name in dict.fromkeys(named):
+            cells = []
+            for r in rows:
+                part = next(
+                    (x for x in r.summary.parts if x.totals and x.totals.name == name), None
+                )
+                for rates in (part.overall if part else None, part.full if part else None):
+                    cells.append("-" if rates is None else f"{rates.scaled:.2f}")
+            bench.add_row(name or "", *cells)
+        out.print(bench)

@@ -62,6 +62,10 @@ class Totals(BaseModel):
     """Their line weights."""
     unavailable: tuple[Unavailable, ...] = ()
     """Papers left out because they cannot run in this installation, with why."""
+    papers: tuple[str, ...] = ()
+    """Its papers' ids (set for the parts of a combined run)."""
+    parts: tuple[Totals, ...] = ()
+    """Each benchmark of a combined run, with its own denominators."""
 
 
 class Summary(BaseModel):
@@ -81,6 +85,9 @@ class Summary(BaseModel):
     full: Rates | None = None
     """Rates over the full benchmark: unavailable snippets and unscored (infrastructure)
     episodes count as not passed. ``overall`` is over the runnable set."""
+    parts: tuple[Summary, ...] = ()
+    """A combined run: the summary of each benchmark on its own (its runnable set and its full
+    denominators)."""
 
 
 def _aggregate(
@@ -149,6 +156,11 @@ def summarize(records: list[EpisodeRecord], totals: Totals | None = None) -> Sum
             cause = f"{r.infra_error.stage}: {r.infra_error.type}" if r.infra_error else "unknown"
             causes[cause] += 1
     per_paper = {pid: rates for pid, by in sorted(papers.items()) if (rates := _rates(by))}
+    parts: tuple[Summary, ...] = ()
+    if totals is not None and totals.parts:
+        parts = tuple(
+            summarize([r for r in records if r.paper_id in set(t.papers)], t) for t in totals.parts
+        )
     return Summary(
         overall=_rates(overall),
         per_paper=per_paper,
@@ -159,6 +171,7 @@ def summarize(records: list[EpisodeRecord], totals: Totals | None = None) -> Sum
         truncated=sum(1 for r in final if r.status == "truncated"),
         totals=totals,
         full=_full_rates(overall, totals) if totals is not None else None,
+        parts=parts,
     )
 
 

@@ -237,11 +237,22 @@ def _only(paper: Paper, snippets: tuple[Snippet, ...]) -> Paper:
 
 
 def _totals(pset: Pset, unavailable: list[Unavailable]) -> Totals:
+    parts = tuple(
+        Totals(
+            name=part.name,
+            snippets=sum(len(p.snippets) for p in pset.papers if p.id in part.papers),
+            weight=sum(p.total_weight for p in pset.papers if p.id in part.papers),
+            unavailable=tuple(u for u in unavailable if u.paper in part.papers),
+            papers=part.papers,
+        )
+        for part in pset.parts
+    )
     return Totals(
-        name=pset.benchmark,
+        name=pset.benchmark or (" + ".join(p.name for p in pset.parts) if parts else None),
         snippets=len(pset.snippets),
         weight=sum(s.weight for s in pset.snippets),
         unavailable=tuple(unavailable),
+        parts=parts,
     )
 
 

@@ -245,6 +245,17 @@ class LoadFailure(Frozen):
     """Class name of the :class:`~rcb_env.errors.TaskLoadError` subclass."""
 
 
+class PsetPart(Frozen):
+    """One benchmark of a combined selection (:func:`rcb_env.task.selection.combine`)."""
+
+    name: str
+    """The benchmark's name (or its folder's)."""
+    root: Path
+    """The folder it was loaded from."""
+    papers: tuple[str, ...]
+    """Ids of its papers (in the combined selection)."""
+
+
 class Pset(Frozen):
     """A loaded problem set: the papers that loaded, and those that did not."""
 
@@ -256,6 +267,9 @@ class Pset(Frozen):
     """Papers that failed to load, with why."""
     benchmark: str | None = None
     """The named benchmark it is (:mod:`rcb_env.catalog`), if any."""
+    parts: tuple[PsetPart, ...] = ()
+    """When several benchmarks were loaded together: each one (rates and denominators are
+    reported per part as well as together)."""
 
     @property
     def snippets(self) -> tuple[Snippet, ...]:

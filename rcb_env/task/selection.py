@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from rcb_env.task.models import DateField, Pset
+from rcb_env.errors import ConfigError
+from rcb_env.task.models import DateField, Pset, PsetPart
 
 
 def select_papers(
@@ -55,3 +56,31 @@ def select_snippets(pset: Pset, ids: tuple[str, ...]) -> Pset:
     if missing:
         raise KeyError(f"no snippet named {', '.join(missing)}")
     return pset.model_copy(update={"papers": tuple(papers)})
+
+
+def combine(psets: list[Pset]) -> Pset:
+    """Several benchmarks as one selection (one run, one summary): their papers together, each
+    benchmark kept as a part with its own denominators. One pset is returned as is.
+
+    Raises:
+        ConfigError: two benchmarks have a paper with the same id.
+    """
+    if len(psets) == 1:
+        return psets[0]
+    seen: dict[str, str] = {}
+    parts = []
+    for p in psets:
+        name = p.benchmark or p.root.name
+        for paper in (*(x.id for x in p.papers), *(f.paper for f in p.failures)):
+            if paper in seen:
+                raise ConfigError(
+                    f"paper {paper!r} is in both {seen[paper]} and {name}: cannot run them as one"
+                )
+            seen[paper] = name
+        parts.append(PsetPart(name=name, root=p.root, papers=tuple(x.id for x in p.papers)))
+    return Pset(
+        root=psets[0].root,
+        papers=tuple(x for p in psets for x in p.papers),
+        failures=tuple(f for p in psets for f in p.failures),
+        parts=tuple(parts),
+    )
