@@ -532,3 +532,27 @@ def test_benchmarks_with_a_shared_paper_id_cannot_be_combined(tmp_path: Path) ->
     b = rcb_env.load(lt.write_benchmark(tmp_path / "b"))
     with pytest.raises(rcb_env.errors.ConfigError, match="is in both a and b"):
         combine([a, b])
+
+
+def test_oracle_and_null_on_a_docstring_only_mask(tmp_path: Path, require_bwrap: None) -> None:
+    # Sophia's mask leaves nothing but the docstring: the placeholder is empty, and the oracle
+    # must still put the answer in the right place.
+    root = tmp_path / "lmr"
+    lt.write_toy(root)
+    ops = root / "01-Toy/toy-repo/toy/ops.py"
+    ops.write_text(ops.read_text().replace("    # TODO: implement\n    return None\n", ""))
+    pset = rcb_env.load(root)
+    toy, s = _snip(pset, "01-Toy/1-scaled_sum")
+    assert s.placeholder == ""
+    st = source_for(toy).statement(toy, s)
+    assert "nothing stands in its place" in st.placeholder_intro
+    only = pset.model_copy(update={"papers": (toy.model_copy(update={"snippets": (s,)}),)})
+    for agent, reward in (("oracle", 4.0), ("null", 0.0)):
+        cfg = EvalConfig(
+            agent=agent,
+            sandbox=SandboxConfig(backend="bwrap", python=config.task_python()),
+            grading=GradingConfig(python=config.task_python(), timeout_s=60),
+        )
+        run_eval(only, cfg, tmp_path / agent)
+        (r,) = read_records(tmp_path / agent / "episodes.jsonl")
+        assert (r.status, r.reward) == ("completed", reward), r.grade

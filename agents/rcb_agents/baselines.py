@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rcb_env.tools.actions import Action, ReplaceInFile, Submit, ToolSpec
+from rcb_env.tools.actions import Action, ReplaceInFile, Submit, ToolSpec, WriteFile
 
 
 class NullAgent:
@@ -35,16 +35,21 @@ class OracleAgent:
 
     name = "oracle"
 
-    def __init__(self, answers: Mapping[str, str]) -> None:
+    def __init__(self, answers: Mapping[str, str], files: Mapping[str, str] | None = None) -> None:
         self.answers = answers
+        self.files = files or {}
+        """Snippet id -> the whole goal file with the answer in place, for layouts whose
+        placeholder cannot be replaced by text (empty, or not unique in the file)."""
         self._pending: list[Action] = []
 
     def start(self, observation: str, info: dict[str, Any], tools: Sequence[ToolSpec]) -> None:
-        body = self.answers[info["snippet_id"]]
-        self._pending = [
-            ReplaceInFile(path=info["file"], old=info["todo_block"], new=body),
-            Submit(),
-        ]
+        sid = info["snippet_id"]
+        edit: Action
+        if sid in self.files:
+            edit = WriteFile(path=info["file"], content=self.files[sid])
+        else:
+            edit = ReplaceInFile(path=info["file"], old=info["todo_block"], new=self.answers[sid])
+        self._pending = [edit, Submit()]
 
     def act(self, observation: str, info: dict[str, Any]) -> Action:
         return self._pending.pop(0) if self._pending else Submit()

@@ -24,9 +24,18 @@ class Request:
 
 def _oracle(req: Request) -> Factory:
     from rcb_agents.baselines import OracleAgent
+    from rcb_env.task.source import source_for
 
     answers = {s.id: s.reference_body for s in req.pset.snippets}
-    return lambda: OracleAgent(answers)
+    # Layouts with their own placeholder (LMR-Bench's may be empty, or a `pass` that occurs
+    # elsewhere in the file): the whole goal file as a perfect agent would leave it.
+    files = {
+        s.id: source_for(p).solved_file(p, s, s.reference_body)
+        for p in req.pset.papers
+        for s in p.snippets
+        if s.placeholder is not None
+    }
+    return lambda: OracleAgent(answers, files)
 
 
 def _null(_req: Request) -> Factory:

@@ -209,16 +209,17 @@ class LmrBench(TaskSource):
             else:
                 shutil.copyfile(src, target)
 
+    def solved_file(self, paper: Paper, snippet: Snippet, body: str) -> str:
+        lines = pr.split_lines(snippet.masked_text)
+        if body and not body.endswith("\n"):
+            body += "\n"
+        return "".join(lines[: snippet.start_line]) + body + "".join(lines[snippet.end_line - 1 :])
+
     def write_grading_copy(self, paper: Paper, snippet: Snippet, body: str, dest: Path) -> None:
         shutil.copytree(paper.root, dest, ignore=_grading_ignore, symlinks=True)
         for copy in paper.excluded_paths:
             (dest / copy).unlink(missing_ok=True)  # the answer, left in the repository
-        lines = pr.split_lines(snippet.masked_text)
-        if body and not body.endswith("\n"):
-            body += "\n"
-        inserted = (
-            "".join(lines[: snippet.start_line]) + body + "".join(lines[snippet.end_line - 1 :])
-        )
+        inserted = self.solved_file(paper, snippet, body)
         (dest / snippet.file).write_bytes(inserted.encode())
         # A log left in the tree would speak for a run that never wrote one.
         for other in paper.snippets:
@@ -505,10 +506,19 @@ def _availability(
     )
     if lacking:
         return f"files the test reads are missing from this copy: {', '.join(lacking)}"
-    lfs = sorted(
+    here = Path(test_file).parent
+    named = [
         rel
         for rel in loader.walk_files(repo)
         if Path(rel).name in text and Path(rel).suffix != ".py" and _is_lfs_pointer(repo / rel)
+    ]
+    # A name the test uses may exist in several folders: the test's own folder speaks for it.
+    lfs = sorted(
+        rel
+        for rel in named
+        if Path(rel).parent == here
+        or rel in text
+        or not any(Path(o).name == Path(rel).name and Path(o).parent == here for o in named)
     )
     absent = _absent_fixtures(repo, test_file, text)
     if absent:

@@ -113,6 +113,11 @@ class TaskSource(ABC):
         """The paper as text (what ``read_paper`` and the statement show)."""
         return (paper.root / paper.paper_file).read_text(encoding="utf-8", errors="replace")
 
+    def solved_file(self, paper: Paper, snippet: Snippet, body: str) -> str:
+        """``snippet.file`` as the agent's workspace holds it, with ``body`` in the region (what
+        a perfect agent leaves behind)."""
+        return snippet.masked_text.replace(snippet.todo_body(), body, 1)
+
     def test_file(self, paper: Paper, snippet: Snippet) -> str:
         """The test entry point that grades ``snippet``, relative to the paper folder."""
         return snippet.test_file or paper.test_file
