@@ -287,6 +287,7 @@ def write_toy(root: Path) -> Path:
     _write(repo / "toy" / "ops_backup.py", OPS_GOLDEN.replace("\n", "\r\n"))  # the answer
     _write(repo / "toy" / "__pycache__" / "ops_golden.cpython-311.pyc", b"\x00compiled golden")
     _write(repo / "README.md", "# toy repo\n")
+    _write(repo / "requirements.txt", "numpy\n")  # what its Docker image installs
     _write(
         repo / "paper.json",
         json.dumps({"1": "Toy paper. We sum and scale.", "2": "Section 2: running totals."}),

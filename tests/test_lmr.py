@@ -556,3 +556,31 @@ def test_oracle_and_null_on_a_docstring_only_mask(tmp_path: Path, require_bwrap:
         run_eval(only, cfg, tmp_path / agent)
         (r,) = read_records(tmp_path / agent / "episodes.jsonl")
         assert (r.status, r.reward) == ("completed", reward), r.grade
+
+
+def test_oracle_passes_and_null_fails_every_toy_implementation_on_docker(
+    docker_images: str, tmp_path: Path
+) -> None:
+    from rcb_env.sandbox import docker, images
+
+    pset = rcb_env.load(lt.write_benchmark(tmp_path / "lmr"))
+    toy = pset.paper("01-Toy")
+    cfg = images.ImageConfig(base=docker_images, wheels=config.rcb_home() / "cache" / "wheels")
+    images.build(docker.client(), toy, cfg)
+    only = pset.model_copy(update={"papers": (toy,)})
+    for agent, reward in (("oracle", [4.0, 4.0, 2.0]), ("null", [0.0, 0.0, 0.0])):
+        run_eval(
+            only,
+            EvalConfig(
+                agent=agent,
+                sandbox=SandboxConfig(backend="docker", docker_base=docker_images),
+                grading=GradingConfig(timeout_s=120),
+            ),
+            tmp_path / agent,
+        )
+        records = sorted(
+            read_records(tmp_path / agent / "episodes.jsonl"), key=lambda r: r.snippet_id
+        )
+        assert [(r.status, r.reward) for r in records] == [("completed", w) for w in reward], [
+            r.grade.detail if r.grade else r.infra_error for r in records
+        ]
