@@ -58,7 +58,15 @@ PAPER_JSON = "paper.json"
 PAPER_PDF = "paper.pdf"
 TEST_DIR = "unit_test"
 #: Never in an LMR workspace or grading copy: compiled files (some are compiled golden code).
-HIDDEN = ("__pycache__", "*.pyc", ".git", ".DS_Store", "*_golden.py", GOLDEN_DIR)
+HIDDEN = (
+    "__pycache__",
+    "*.pyc",
+    ".git",
+    ".DS_Store",
+    ".ipynb_checkpoints",  # editor backups: one holds a copy of a masked function
+    "*_golden.py",
+    GOLDEN_DIR,
+)
 _LFS_HEAD = b"version https://git-lfs.github.com/spec/v1"
 _LOG_LITERAL = re.compile(r"""['"]([^'"\s/\\]+\.log)['"]""")
 _MODEL_HUB = re.compile(r"\.from_pretrained\(|hf_hub_download\(|snapshot_download\(")
@@ -210,10 +218,7 @@ class LmrBench(TaskSource):
                 shutil.copyfile(src, target)
 
     def solved_file(self, paper: Paper, snippet: Snippet, body: str) -> str:
-        lines = pr.split_lines(snippet.masked_text)
-        if body and not body.endswith("\n"):
-            body += "\n"
-        return "".join(lines[: snippet.start_line]) + body + "".join(lines[snippet.end_line - 1 :])
+        return _splice(snippet, body)
 
     def write_grading_copy(self, paper: Paper, snippet: Snippet, body: str, dest: Path) -> None:
         shutil.copytree(paper.root, dest, ignore=_grading_ignore, symlinks=True)
@@ -318,6 +323,14 @@ class LmrBench(TaskSource):
             )
             verdict = Verdict(Outcome.FAILED, FailureKind.LOG_FAILURE, why, verdict.tests)
         return Judged(verdict=verdict, official_pass=official)
+
+
+def _splice(snippet: Snippet, body: str) -> str:
+    """The masked goal file with ``body`` in the snippet's region, every other byte kept."""
+    lines = pr.split_lines(snippet.masked_text)
+    if body and not body.endswith("\n"):
+        body += "\n"
+    return "".join(lines[: snippet.start_line]) + body + "".join(lines[snippet.end_line - 1 :])
 
 
 def _grading_ignore(_directory: str, names: list[str]) -> set[str]:
@@ -622,7 +635,8 @@ def load_task(
             annotated.setdefault(snippet.file, snippet.masked_text)
     goal_files = {s.file for s in snippets}
     copies = _golden_copies(folder.resolve(), repo.resolve()) if not empty else ()
-    patterns = (*patterns, *(f"/{c}" for c in copies))
+    twins = _function_copies(repo, snippets, skip={*goal_files, *copies}) if not empty else ()
+    patterns = (*patterns, *(f"/{c}" for c in (*copies, *twins)))
     hidden = tuple(
         rel
         for rel in (loader.walk_files(repo) if not empty else ())
@@ -767,6 +781,60 @@ def _golden_copies(folder: Path, repo: Path) -> tuple[str, ...]:
             if _normal(text) in golden:
                 out.append(rel)
     return tuple(out)
+
+
+def _function_copies(repo: Path, snippets: list[Snippet], *, skip: set[str]) -> tuple[str, ...]:
+    """Other files of the repository that define a masked function with the golden body (the
+    original code the benchmark left beside the masked copy): hidden from the agent, and guarded
+    from the candidate while graded (the tests may still import them)."""
+    wanted: dict[str, set[str]] = {}
+    for s in snippets:
+        if not s.symbol or not s.masked_text:
+            continue
+        name = s.symbol.rsplit(".", 1)[-1]
+        filled = _splice(s, s.reference_body)
+        try:
+            fn = pr.find_function(ast.parse(filled), name, s.symbol.rpartition(".")[0] or None)
+        except SyntaxError:
+            continue
+        if fn is not None:
+            wanted.setdefault(name, set()).add(_body_dump(fn))
+    found = []
+    for rel in loader.walk_files(repo):
+        if not rel.endswith(".py") or rel in skip:
+            continue
+        try:
+            text = (repo / rel).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        names = [n for n in wanted if f"def {n}" in text]
+        if not names:
+            continue
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                and node.name in names
+                and _body_dump(node) in wanted[node.name]
+            ):
+                found.append(rel)
+                break
+    return tuple(found)
+
+
+def _body_dump(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    body = fn.body
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
+        body = body[1:]  # docstrings differ between copies; the code is what matters
+    return pr.normal_dump(ast.Module(body=body, type_ignores=[]))
 
 
 def _golden_weight(golden_text: str, function: str, class_name: str | None) -> int:

@@ -51,9 +51,11 @@ class AuditAccepted(Frozen):
     """A leak-audit finding that is the benchmark's design, not a leak of rcb-env's."""
 
     path: str
-    """Where the answer's lines are found, relative to the paper folder (gitignore rules)."""
-    kind: Literal["paper_text", "sibling", "vendored", "other"]
-    """What it is: the paper's own text, a sibling file of the repository, a vendored copy."""
+    """Where the answer's lines are found, relative to the paper folder (gitignore rules); for
+    ``kind: environment``, relative to the interpreter's ``site-packages``."""
+    kind: Literal["paper_text", "sibling", "vendored", "environment", "other"]
+    """What it is: the paper's own text, a sibling file of the repository, a vendored copy, an
+    installed library."""
     reason: str
     """Why the solver may see it."""
 

@@ -144,11 +144,14 @@ def classify(paper: Paper, path: str) -> FindingKind:
 
 
 def _accepted(paper: Paper, path: str) -> str | None:
-    if not path.startswith("./"):
+    if path.startswith("./"):
+        rel, kinds = path[2:], {"paper_text", "sibling", "vendored", "other"}
+    elif "/site-packages/" in path:
+        rel, kinds = path.split("/site-packages/", 1)[1], {"environment"}
+    else:
         return None
-    rel = path[2:]
     for entry in paper.overlay.audit_accepted:
-        if is_hidden(rel, (entry.path,)):
+        if entry.kind in kinds and is_hidden(rel, (entry.path,)):
             return f"{entry.kind}: {entry.reason}"
     return None
 
