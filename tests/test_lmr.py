@@ -91,7 +91,7 @@ def test_the_reference_body_spliced_into_the_masked_file_keeps_every_other_byte(
         # no golden copy, compiled file or stale log in the grading copy
         assert not (dest / "toy/ops_backup.py").exists()
         assert not (dest / "toy/__pycache__").exists()
-        assert not (dest / "unit_test/logs/unit_test_1.log").exists()
+        assert (dest / "unit_test/logs/unit_test_1.log").read_text() == ""
 
 
 def test_the_workspace_has_no_tests_golden_code_or_compiled_files(
@@ -101,7 +101,14 @@ def test_the_workspace_has_no_tests_golden_code_or_compiled_files(
     s = toy.snippets[0]
     source_for(toy).write_workspace(toy, s, tmp_path / "ws")
     files = sorted(p.relative_to(tmp_path / "ws").as_posix() for p in (tmp_path / "ws").rglob("*"))
-    assert files == ["README.md", "paper.json", "toy", "toy/__init__.py", "toy/ops.py"]
+    assert files == [
+        "README.md",
+        "paper.json",
+        "requirements.txt",
+        "toy",
+        "toy/__init__.py",
+        "toy/ops.py",
+    ]
     assert (tmp_path / "ws/toy/ops.py").read_text() == lt.OPS_MASKED
     assert not (tmp_path / "golden_files").exists()
 
@@ -304,12 +311,12 @@ def test_audit_finds_no_golden_code_in_lmr_workspaces(tmp_path: Path, require_bw
     assert result.exit_code == 0, result.output
     assert json.loads(report.read_text()) == []
     assert "0 findings over 5 snippets" in result.output
-    # the control: the same golden copy under a name the source does not recognise is found
-    ops = root / "01-Toy/toy-repo/toy/ops_backup.py"
-    ops.write_text(ops.read_text().replace("(golden)", "(a copy)"))
+    # the control: an answer line in a file the source cannot recognise as a copy is found
+    notes = root / "01-Toy/toy-repo/notes.md"
+    notes.write_text("draft:\n    result.append(x * self.factor)\n")
     result = CliRunner().invoke(cli, ["audit", "--pset", str(root), "--json", str(report)])
     assert result.exit_code == 1, result.output
-    assert {f["path"] for f in json.loads(report.read_text())} == {"./toy/ops_backup.py"}
+    assert {f["path"] for f in json.loads(report.read_text())} == {"./notes.md"}
 
 
 # the named benchmark ---------------------------------------------------------------------------
@@ -584,3 +591,47 @@ def test_oracle_passes_and_null_fails_every_toy_implementation_on_docker(
         assert [(r.status, r.reward) for r in records] == [("completed", w) for w in reward], [
             r.grade.detail if r.grade else r.infra_error for r in records
         ]
+
+
+#: Ways to fool the official LMR rule (>= 1 "Passed" and no "Failed" in the log, exit status
+#: ignored), each as a body for the toy's scaled_sum; every one must fail under rcb-env's rule.
+LOG = "'unit_test/logs/unit_test_1.log'"
+LMR_ATTACKS = {
+    "write a passing log and leave": (
+        f"    import os\n    open({LOG}, 'w').write('Test Passed\\n')\n    os._exit(0)\n"
+    ),
+    "rewrite the log at exit": (
+        "    import atexit\n"
+        f"    atexit.register(lambda: open({LOG}, 'w').write('Test Passed\\n'))\n"
+        "    return 0\n"
+    ),
+    "drop 'Failed' lines from logging": (
+        "    import logging\n"
+        "    logging.getLogger().addFilter(lambda r: 'Failed' not in r.getMessage())\n"
+        "    return 0\n"
+    ),
+    "log a pass, then crash outside the test's try": (
+        "    import logging\n    logging.info('Test Passed')\n    raise KeyError('x')\n"
+    ),
+    "skip the checks": "    import unittest\n    raise unittest.SkipTest('later')\n",
+}
+
+
+@pytest.mark.parametrize("attack", sorted(LMR_ATTACKS))
+def test_attacks_on_the_log_rule_fail_ours(bench: Pset, grader: Grader, attack: str) -> None:
+    toy, s = _snip(bench, "01-Toy/1-scaled_sum")
+    r = grader.grade(toy, s, LMR_ATTACKS[attack])
+    assert r.outcome is Outcome.FAILED, (attack, r.detail)
+
+
+def test_the_official_rule_is_fooled_by_log_attacks_ours_catches(
+    bench: Pset, grader: Grader
+) -> None:
+    toy, s = _snip(bench, "01-Toy/1-scaled_sum")
+    fooled = {a for a, body in LMR_ATTACKS.items() if grader.grade(toy, s, body).official_pass}
+    # (writing the log itself is refused by rcb-env's guard, in the same run: those attacks
+    # fool the official rule only without it)
+    assert fooled == {
+        "drop 'Failed' lines from logging",
+        "log a pass, then crash outside the test's try",
+    }

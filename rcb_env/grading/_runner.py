@@ -76,6 +76,11 @@ _bypass = [False]
 _candidate_names: set[str] = set()
 #: protected files left on the disk for the tests (fixtures): the candidate never starts a program
 _kept: list[str] = []
+#: ``option<TAB>watch-logging`` in the protected list: the tests report through their own log
+#: (LMR-Bench), so the logging configuration is part of the verdict and must not change
+#: while a test runs.
+_options: set[str] = set()
+_logging_state: list[Any] = []
 _GUARDED_PATHS = {"open", "os.link", "os.symlink", "os.rename", "os.remove", "os.truncate"}
 _SPAWN = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn"}
 
@@ -396,14 +401,44 @@ def _test_id(test: Any) -> str:
     return name
 
 
+def _logging_snapshot() -> Any:
+    """What decides which log records reach the log file: levels, filters, handlers and their
+    streams (identities, so a swapped list or stream shows)."""
+    import logging
+
+    root = logging.getLogger()
+    handlers = tuple(root.handlers)
+    return (
+        root.level,
+        logging.root.manager.disable,
+        tuple(root.filters),
+        handlers,
+        tuple(
+            (h.level, tuple(h.filters), id(getattr(h, "stream", None)), id(h.formatter))
+            for h in handlers
+        ),
+        root.disabled,
+    )
+
+
 class _ReportingResult(unittest.TextTestResult):
     def startTest(self, test: unittest.TestCase) -> None:
         _seal(sys.modules.get("__main__"))
+        if "watch-logging" in _options:
+            _logging_state[:] = [_logging_snapshot()]
         super().startTest(test)
 
     def stopTest(self, test: unittest.TestCase) -> None:
         super().stopTest(test)
         _forget_protected()  # a failure's traceback may have cached a reference's lines
+        if _logging_state and _logging_snapshot() != _logging_state[0]:
+            _emit(
+                {
+                    "event": EV_TAMPER,
+                    "where": _test_id(test),
+                    "what": ["the logging configuration (levels, filters, handlers)"],
+                }
+            )
         _check(_test_id(test))
 
     def _report(self, test: unittest.TestCase, status: str, err: Any = None) -> None:
@@ -525,7 +560,9 @@ def run() -> int:
     declared: list[str] = []
     if len(sys.argv) >= 9 and sys.argv[8]:
         with open(sys.argv[8], encoding="utf-8") as f:
-            declared = [line.strip() for line in f if line.strip()]
+            declared = [line.rstrip("\n") for line in f if line.strip()]
+        _options.update(d.split("\t", 1)[1] for d in declared if d.startswith("option\t"))
+        declared = [d for d in declared if not d.startswith("option\t")]
     _guard(here, test_file, sys.argv[7] if len(sys.argv) >= 8 else "", declared)
     unittest.main = _main  # type: ignore[assignment]
     # Test files that build their own TextTestRunner still report through our result class.
@@ -543,6 +580,10 @@ def run() -> int:
         _watch(name, importlib.import_module(name))
     _watch("builtins", builtins)
     _watch("runner", sys.modules[__name__])
+    if "watch-logging" in _options:
+        import logging
+
+        _watch("logging", logging)  # its functions, and its classes' methods
     wanted = set(_imported_modules(test_file)) | {"math", "cmath"}  # stdlib: always cheap
     for name in _WATCHED_LIBS:
         if name.split(".")[0] in wanted:

@@ -238,7 +238,7 @@ class Grader:
         source = source_for(paper)
         expected = self.expected(paper, snippet)
         test_file = source.test_file(paper, snippet)
-        removed, kept = source.guarded(paper, snippet)
+        guard = source.guarded(paper, snippet)
         try:
             python = self.python or envs.python_for(paper)
         except SandboxError as exc:
@@ -255,7 +255,9 @@ class Grader:
                 (rcb / "key").write_bytes(key)
                 # Everything hidden from the agent is guarded from the candidate while graded.
                 (rcb / "protected").write_text(
-                    "".join(f"{h}\n" for h in removed) + "".join(f"keep\t{h}\n" for h in kept)
+                    "".join(f"{h}\n" for h in guard.removed)
+                    + "".join(f"keep\t{h}\n" for h in guard.kept)
+                    + "".join(f"option\t{o}\n" for o in guard.options)
                 )
                 (workdir / "home").mkdir()
                 (workdir / "tmp").mkdir()

@@ -49,7 +49,7 @@ from rcb_env.task.models import (
     Pset,
     Snippet,
 )
-from rcb_env.task.source import Judged, TaskSource, TaskStatement
+from rcb_env.task.source import Guarded, Judged, TaskSource, TaskStatement
 from rcb_env.validation.exercise import Reach, reach
 
 INFO = "info.json"
@@ -226,11 +226,13 @@ class LmrBench(TaskSource):
             (dest / copy).unlink(missing_ok=True)  # the answer, left in the repository
         inserted = self.solved_file(paper, snippet, body)
         (dest / snippet.file).write_bytes(inserted.encode())
-        # A log left in the tree would speak for a run that never wrote one.
+        # A log left in the tree would speak for a run that never wrote one: every test's log
+        # starts empty (and exists, so that the runner can guard it).
         for other in paper.snippets:
             log = _log_file(paper, other)
             if log is not None:
-                (dest / log).unlink(missing_ok=True)
+                (dest / log).parent.mkdir(parents=True, exist_ok=True)
+                (dest / log).write_bytes(b"")
 
     def extract_body(self, paper: Paper, snippet: Snippet, edited: str) -> tuple[str, bool]:
         return extract_span(snippet.masked_text, snippet.start_line, snippet.end_line - 1, edited)
@@ -286,16 +288,20 @@ class LmrBench(TaskSource):
     def paper_text(self, paper: Paper) -> str:
         return render_paper(paper.root / PAPER_JSON, paper.meta.title or paper.id)
 
-    def guarded(self, paper: Paper, snippet: Snippet) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    def guarded(self, paper: Paper, snippet: Snippet) -> Guarded:
         # Test scripts leave the disk once loaded; fixtures (inputs and expected outputs) stay
-        # for the tests, unreadable by the candidate. The goal file is the candidate's own.
+        # for the tests, unreadable by the candidate. The goal file is the candidate's own. The
+        # tests' logs are part of the verdict: the candidate can neither open them nor change
+        # the logging configuration while a test runs.
         removed: list[str] = []
         kept: list[str] = []
         for rel in paper.hidden_paths:
             if rel == snippet.file:
                 continue
             (removed if rel.endswith(".py") else kept).append(rel)
-        return tuple(removed), tuple(kept)
+        logs = {log for s in paper.snippets if (log := _log_file(paper, s)) is not None}
+        kept += sorted(logs - set(kept))
+        return Guarded(removed=tuple(removed), kept=tuple(kept), options=("watch-logging",))
 
     def reach(self, paper: Paper, snippet: Snippet) -> Reach | None:
         if not snippet.masked_text or not snippet.symbol:
@@ -441,7 +447,7 @@ def _changed_functions(masked: str, golden: str) -> list[tuple[str, str | None]]
 
     def table(text: str) -> dict[tuple[str, str | None], str]:
         out: dict[tuple[str, str | None], str] = {}
-        tree = ast.parse(text)
+        tree = pr.parse(text)
         for node in tree.body:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 out[(node.name, None)] = ast.dump(node)
@@ -483,7 +489,7 @@ def _absent_fixtures(repo: Path, test_file: str, text: str) -> list[str]:
     """Data files the test names as string literals that are nowhere in the repository (looked
     up from the repository root, the test's folder, and by file name)."""
     try:
-        tree = ast.parse(text)
+        tree = pr.parse(text)
     except SyntaxError:
         return []
     names = {
@@ -794,7 +800,7 @@ def _function_copies(repo: Path, snippets: list[Snippet], *, skip: set[str]) -> 
         name = s.symbol.rsplit(".", 1)[-1]
         filled = _splice(s, s.reference_body)
         try:
-            fn = pr.find_function(ast.parse(filled), name, s.symbol.rpartition(".")[0] or None)
+            fn = pr.find_function(pr.parse(filled), name, s.symbol.rpartition(".")[0] or None)
         except SyntaxError:
             continue
         if fn is not None:
@@ -811,7 +817,7 @@ def _function_copies(repo: Path, snippets: list[Snippet], *, skip: set[str]) -> 
         if not names:
             continue
         try:
-            tree = ast.parse(text)
+            tree = pr.parse(text)
         except (SyntaxError, ValueError):
             continue
         for node in ast.walk(tree):
@@ -839,7 +845,7 @@ def _body_dump(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
 
 def _golden_weight(golden_text: str, function: str, class_name: str | None) -> int:
     try:
-        tree = ast.parse(golden_text)
+        tree = pr.parse(golden_text)
     except SyntaxError:
         return 0
     node: ast.stmt | None = pr.find_function(tree, function, class_name)
@@ -881,12 +887,12 @@ def _check_roundtrip(
     body = reference if not reference or reference.endswith("\n") else reference + "\n"
     filled = "".join(lines[: a.masked.before]) + body + "".join(lines[a.masked.after - 1 :])
     try:
-        got = pr.find_function(ast.parse(filled), function, class_name)
+        got = pr.find_function(pr.parse(filled), function, class_name)
     except SyntaxError as exc:
         raise TaskLoadError(
             f"the reference body does not parse in the masked file (line {exc.lineno})", **where
         ) from None
-    want = pr.find_function(ast.parse(golden_text), function, class_name)
+    want = pr.find_function(pr.parse(golden_text), function, class_name)
 
     def code(fn: ast.FunctionDef | ast.AsyncFunctionDef | None) -> str:
         # The body only: a few masked files changed the signature too, which stays theirs.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import io
 import tokenize
+import warnings
 from dataclasses import dataclass
 
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -45,6 +46,17 @@ class Alignment:
 
     masked: Region
     reference: Region
+
+
+def parse(text: str) -> ast.Module:
+    """``ast.parse``, quiet: a benchmark's code may use escapes Python now warns about.
+
+    Raises:
+        SyntaxError: it does not parse.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(text)
 
 
 def split_lines(text: str) -> list[str]:
@@ -147,7 +159,7 @@ def align(masked_text: str, reference_text: str, name: str, class_name: str | No
     trees = []
     for label, text in (("masked", masked_text), ("reference", reference_text)):
         try:
-            trees.append(ast.parse(text))
+            trees.append(parse(text))
         except SyntaxError as exc:
             raise RegionError(
                 f"the {label} file does not parse (line {exc.lineno}): {exc.msg}"

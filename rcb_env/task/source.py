@@ -53,6 +53,20 @@ class TaskStatement(Frozen):
     """Markdown headings (else LaTeX sectioning commands)."""
 
 
+class Guarded(NamedTuple):
+    """What the runner guards from the code under test while grading a snippet."""
+
+    removed: tuple[str, ...]
+    """Taken off the disk once the tests are loaded (modules the tests import are held in
+    memory)."""
+    kept: tuple[str, ...] = ()
+    """Left on the disk for the tests (fixtures, the test's own log) but never opened by the
+    candidate's code, which then may start no program."""
+    options: tuple[str, ...] = ()
+    """Runner options (``watch-logging``: the tests report through their log, so the logging
+    configuration must not change while a test runs)."""
+
+
 class Judged(NamedTuple):
     """A source's last word on a grading run."""
 
@@ -126,12 +140,10 @@ class TaskSource(ABC):
         """The tests a grading run of ``snippet``'s test file must report as passed."""
         return self.expected_tests(paper)
 
-    def guarded(self, paper: Paper, snippet: Snippet) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """What the runner guards from the code under test while grading ``snippet``: files
-        taken off the disk once the tests are loaded (modules the tests import, held in memory),
-        and files left on the disk for the tests to read later but never readable by the
-        candidate (fixtures with expected outputs; the candidate may then start no program)."""
-        return paper.hidden_paths, ()
+    def guarded(self, paper: Paper, snippet: Snippet) -> Guarded:
+        """What the runner guards from the code under test while grading ``snippet``. Default:
+        every hidden path, taken off the disk once the tests are loaded."""
+        return Guarded(removed=paper.hidden_paths)
 
     def reach(self, paper: Paper, snippet: Snippet) -> Reach | None:
         """Does the snippet's test reach its code (a static check for ``validate``)? None: the

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import sys
+import warnings
 from collections import deque
 from pathlib import Path
 from typing import Literal
@@ -39,7 +40,9 @@ class Reach(Frozen):
 
 def _parse(path: Path) -> ast.Module | None:
     try:
-        return ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # old code's escapes
+            return ast.parse(path.read_text(encoding="utf-8", errors="replace"))
     except (OSError, SyntaxError, ValueError):
         return None
 
