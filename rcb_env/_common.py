@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import threading
+import warnings
+
 from pydantic import BaseModel, ConfigDict
 
 
@@ -23,3 +27,21 @@ def truncate(text: str, limit: int) -> str:
         return text
     half = limit // 2
     return f"{text[:half]}{omitted(len(text) - 2 * half)}{text[-half:]}"
+
+
+_AST_LOCK = threading.Lock()
+
+
+def parse_python(text: str) -> ast.Module:
+    """``ast.parse``, one thread at a time and quiet. CPython 3.11's conversion of a parse tree
+    to Python objects keeps its recursion depth in interpreter-wide state, so two threads
+    parsing at once can fail with ``SystemError: AST constructor recursion depth mismatch``
+    (gradings and rollouts run in threads); a benchmark's old code may also use escapes Python
+    now warns about.
+
+    Raises:
+        SyntaxError: ``text`` is not valid Python.
+    """
+    with _AST_LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(text)

@@ -88,6 +88,7 @@ def test_tools_agent_reads_tests_edits_submits_and_scores_full_weight(
         ]
         assert "tests FAILED" in r.steps[1].observation
         assert len(r.model_calls) == 4
+        assert [c["step"] for c in r.model_calls] == [1, 2, 3, 4]  # each call -> its step
         assert r.tokens == 4 * 120
         assert r.cost > 0
         path, body = server.requests[0]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 
+from rcb_env._common import parse_python
+
 _SKIP_DECORATORS = {"skip", "skipIf", "skipUnless", "expectedFailure"}
 
 
@@ -12,7 +14,7 @@ def expected_tests(test_source: str) -> tuple[str, ...]:
     code cannot change the count). Methods with a skip or expected-failure decorator are left
     out."""
     try:
-        tree = ast.parse(test_source)
+        tree = parse_python(test_source)
     except SyntaxError:
         return ()
     classes: dict[str, ast.ClassDef] = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}

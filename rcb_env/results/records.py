@@ -80,7 +80,8 @@ class EpisodeRecord(BaseModel):
     infra_error: InfraError | None = None
     model_calls: list[dict[str, Any]] = []
     """Every model call: request size, response, usage, cost, latency, retries, cache hit, and
-    token log-probabilities when the server returned them."""
+    token log-probabilities when the server returned them; ``step`` is the index of the step its
+    answer became (0: made before the first step)."""
     tokens: int = 0
     """Model tokens charged to the episode's budget."""
     cost: float = 0.0

@@ -123,15 +123,26 @@ def run_episode(
     stage: Stage = "sandbox"
     metered = agent if isinstance(agent, MeteredAgent) else None
     charged = (0, 0.0)
+    calls: list[Any] = []
+
+    def drain(step: int) -> None:
+        # Each model call is linked to the step its answer became (0: before the first step).
+        if metered is not None:
+            for c in metered.drain_calls():
+                data = _jsonable(c)
+                calls.append({**data, "step": step} if isinstance(data, dict) else data)
+
     try:
         obs, info = env.reset(options={"episode_id": episode_id})
         initial = obs
         stage = "agent"
         agent.start(obs, info, tool_specs())
+        drain(0)
         terminated = truncated = False
         while not (terminated or truncated):
             stage = "agent"
             action = agent.act(obs, info)
+            drain(len(steps) + 1)
             if metered is not None:
                 tokens, cost = metered.spent()
                 env.charge_tokens(tokens - charged[0], cost - charged[1])
@@ -150,6 +161,7 @@ def run_episode(
             )
         stage = "agent"
         agent.end(info)
+        drain(len(steps))
         outcome = inner.outcome
     except Exception as exc:  # the one boundary: what broke, and where
         error = infra_error(exc, stage)
@@ -162,7 +174,7 @@ def run_episode(
         env.close()
     if outcome is None:  # pragma: no cover - the loop only ends with an outcome
         raise RuntimeError("the episode ended without an outcome")
-    calls = metered.drain_calls() if metered is not None else []
+    drain(len(steps))  # an agent that crashed mid-call
     record = EpisodeRecord.from_outcome(
         outcome,
         run_id=run_id,
@@ -176,7 +188,7 @@ def run_episode(
         config=cfg.model_dump(mode="json", exclude={"agent"}),
         initial_observation=initial,
         steps=steps,
-        model_calls=[_jsonable(c) for c in calls],
+        model_calls=calls,
         tokens=env.tokens,
         cost=round(env.cost, 6),
         started_at=started_at,

@@ -7,6 +7,7 @@ in ``backend``) and the factory a run uses. Built-in backends: ``bwrap`` (defaul
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,9 @@ class SandboxFactory:
         scratch_dirs.sweep(self.scratch)  # what killed runs left behind
         self.impl: Backend = backend_class(self.backend)(self.config, self.scratch)
         self._templates = scratch_dirs.make("rcb-templates-", self.scratch)
+        self._prep_lock = threading.Lock()
+        self.preparations = 0
+        """Masked templates prepared so far (one per snippet, however many sandboxes)."""
 
     @property
     def engine(self) -> Any:
@@ -79,7 +83,15 @@ class SandboxFactory:
         self.impl.warm(papers)
 
     def template(self, paper: Paper, snippet: Snippet) -> Path:
-        return build_template(paper, snippet, self._templates / paper.slug / snippet.slug)
+        """The snippet's masked template, prepared on first use (counted in
+        :attr:`preparations`)."""
+        dest = self._templates / paper.slug / snippet.slug
+        with self._prep_lock:
+            fresh = not (dest / ".rcb-template-complete").exists()
+            path = build_template(paper, snippet, dest)
+            if fresh:
+                self.preparations += 1
+        return path
 
     def create(self, paper: Paper, snippet: Snippet) -> Sandbox:
         """A started sandbox on a fresh copy of the snippet's masked workspace."""

@@ -14,8 +14,9 @@ from __future__ import annotations
 import ast
 import io
 import tokenize
-import warnings
 from dataclasses import dataclass
+
+from rcb_env._common import parse_python
 
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -54,9 +55,7 @@ def parse(text: str) -> ast.Module:
     Raises:
         SyntaxError: it does not parse.
     """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ast.parse(text)
+    return parse_python(text)
 
 
 def split_lines(text: str) -> list[str]:

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import ast
 import sys
-import warnings
 from collections import deque
 from pathlib import Path
 from typing import Literal
 
-from rcb_env._common import Frozen
+from rcb_env._common import Frozen, parse_python
 
 ReachKind = Literal["reached", "not_imported", "not_called", "unknown"]
 _ALL = "*"
@@ -40,9 +39,7 @@ class Reach(Frozen):
 
 def _parse(path: Path) -> ast.Module | None:
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # old code's escapes
-            return ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        return parse_python(path.read_text(encoding="utf-8", errors="replace"))
     except (OSError, SyntaxError, ValueError):
         return None
 

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -31,6 +31,10 @@ class Reply(BaseModel):
     cached_tokens: int = 0
     logprobs: tuple[float, ...] = ()
     """OpenAI format only: per-token log-probabilities to return (as vLLM can)."""
+    token_ids: tuple[int, ...] = ()
+    """OpenAI format only: the completion's token ids, returned when the request asks for them
+    (``return_token_ids``, as vLLM does); with a tokenizer set on the server and none given
+    here, made up from the reply."""
 
 
 class Fault(BaseModel):
@@ -54,8 +58,22 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 class ScriptedModelServer:
-    def __init__(self, script: Iterable[Reply | Fault] = ()) -> None:
+    """``tokens``: how the server turns a conversation into prompt token ids when a request asks
+    for token ids (vLLM's ``return_token_ids``): ``append`` (a template under which every turn
+    extends the previous prompt plus completion, token for token), ``rewrite`` (earlier
+    assistant turns re-rendered differently, as templates that drop past reasoning do), or
+    ``None`` (no token ids, as a server that does not support them)."""
+
+    def __init__(
+        self,
+        script: Iterable[Reply | Fault] = (),
+        *,
+        tokens: Literal["append", "rewrite"] | None = None,
+    ) -> None:
         self.script: list[Reply | Fault] = list(script)
+        self.tokens = tokens
+        self._sampled: dict[str, list[int]] = {}
+        """assistant message (as rendered) -> the ids sampled for it"""
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -87,6 +105,49 @@ class ScriptedModelServer:
     def _next(self) -> Reply | Fault | None:
         with self._lock:
             return self.script.pop(0) if self.script else None
+
+    @staticmethod
+    def _key(message: dict[str, Any]) -> str:
+        calls = [
+            (c.get("function") or {}).get("name", "")
+            + (c.get("function") or {}).get("arguments", "")
+            for c in message.get("tool_calls") or []
+        ]
+        return json.dumps([message.get("content") or "", calls])
+
+    @staticmethod
+    def _encode(text: str) -> list[int]:
+        return [5000 + (ord(c) % 997) for c in text[:40]]
+
+    def _add_tokens(self, reply: Reply, body: dict[str, Any], payload: dict[str, Any]) -> None:
+        """vLLM-style token ids: ``prompt_token_ids`` on the response, ``token_ids`` and
+        logprobs on the choice."""
+        messages = body.get("messages") or []
+        last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+        prompt: list[int] = []
+        for i, m in enumerate(messages):
+            prompt.append({"system": 1, "user": 2, "assistant": 3, "tool": 4}.get(m["role"], 9))
+            if m.get("role") == "assistant":
+                sampled = self._sampled.get(self._key(m))
+                ids = sampled if sampled is not None else self._encode(self._key(m))
+                if self.tokens == "rewrite" and i < last:
+                    ids = ids[:1]  # an earlier turn re-rendered (its reasoning dropped)
+                prompt += ids
+            else:
+                prompt += self._encode(str(m.get("content") or ""))
+        prompt.append(3)  # the generation prompt
+        choice = payload["choices"][0]
+        ids = list(reply.token_ids) or self._encode(self._key(choice["message"])) or [7]
+        self._sampled[self._key(choice["message"])] = ids
+        lps = list(reply.logprobs) or [-0.5] * len(ids)
+        choice["token_ids"] = ids
+        choice["logprobs"] = {
+            "content": [
+                {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
+                for t, lp in zip(ids, lps, strict=False)
+            ]
+        }
+        payload["prompt_token_ids"] = prompt
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -125,6 +186,8 @@ class ScriptedModelServer:
                     return
                 reply = item or Reply(text="(script exhausted)")
                 payload = _anthropic(reply, body) if anthropic else _openai(reply, body)
+                if not anthropic and server.tokens and body.get("return_token_ids"):
+                    server._add_tokens(reply, body, payload)
                 self._answered()
                 self._send(200, payload)
 

@@ -1,0 +1,256 @@
+"""RL rollouts: the async API, token fidelity through the real openai SDK against our scripted
+server (vLLM's wire format), groups and their failure semantics, export. Real bwrap sandboxes
+and real grading; the policies here are fakes we write (a scripted model server, a scripted
+policy), never patched library internals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rcb_agents.policy import OpenAIPolicy
+from rcb_agents.testing import Reply, ScriptedModelServer
+
+from rcb_env import config
+from rcb_env.errors import SandboxError
+from rcb_env.grading import GradingConfig
+from rcb_env.rl import PolicyOutput, RolloutConfig, rollout, rollout_group
+from rcb_env.rl.trajectory import ModelTurn, token_views
+from rcb_env.sandbox import SandboxConfig, register_backend
+from rcb_env.task import bundled_root, load
+from rcb_env.task.models import Paper, Snippet
+from rcb_env.testing import FakeBackend
+
+CFG = RolloutConfig(grading=GradingConfig(python=config.task_python(), timeout_s=60))
+
+
+@pytest.fixture(scope="module")
+def task() -> tuple[Paper, Snippet]:
+    paper = load(bundled_root()).paper("adamw-warmup")
+    return paper, paper.snippet("bias correction")
+
+
+def _bwrap() -> SandboxConfig:
+    return SandboxConfig(backend="bwrap", python=config.task_python())
+
+
+def _solve(snippet: Snippet) -> list[Reply]:
+    return [
+        Reply(tool_calls=(("read_file", {"path": snippet.file}),), token_ids=(11, 12, 13)),
+        Reply(
+            tool_calls=(
+                (
+                    "replace_in_file",
+                    {
+                        "path": snippet.file,
+                        "old": snippet.todo_body(),
+                        "new": snippet.reference_body,
+                    },
+                ),
+            ),
+            token_ids=(21, 22, 23, 24),
+        ),
+        Reply(text="done", tool_calls=(("submit", {}),), token_ids=(31, 32)),
+    ]
+
+
+def test_token_fidelity_and_the_flat_view_when_turns_extend_each_other(
+    task: tuple[Paper, Snippet], require_bwrap: None
+) -> None:
+    paper, snippet = task
+    with ScriptedModelServer(_solve(snippet), tokens="append") as server:
+        policy = OpenAIPolicy("scripted", base_url=server.openai_url, weight_version="v7")
+        t = asyncio.run(rollout(paper, snippet, policy, config=CFG, sandbox=_bwrap()))
+        assert all(
+            body.get("return_token_ids") and body["logprobs"] for _p, body in server.requests
+        )
+    assert (t.status, t.stop_reason, t.reward, t.passed) == ("completed", "submit", 2.0, True)
+    assert t.weight == snippet.weight
+    assert [s.action["tool"] for s in t.steps] == ["read_file", "replace_in_file", "submit"]
+    assert [s.call for s in t.steps] == [0, 1, 2]  # each step -> the call whose answer it was
+    for call in t.calls:
+        assert call.completion_ids is not None
+        assert call.logprobs is not None
+        assert len(call.completion_ids) == len(call.logprobs)
+        assert call.weight_version == "v7"
+    assert [c.completion_ids for c in t.calls] == [(11, 12, 13), (21, 22, 23, 24), (31, 32)]
+    assert t.tokens == "full"
+    assert t.flat is not None
+    assert sum(t.flat.loss_mask) == sum(len(c.completion_ids or ()) for c in t.calls) == 9
+    assert len(t.flat.ids) == len(t.flat.loss_mask) == len(t.flat.logprobs)
+    last = t.calls[-1]
+    assert t.flat.ids == (last.prompt_ids or ()) + (last.completion_ids or ())
+    # the messages as sent, ending with the tool result of the submit
+    assert [m["role"] for m in t.messages][:3] == ["system", "user", "assistant"]
+    assert t.messages[-1]["role"] == "tool"
+    assert "tests passed" in t.messages[-1]["content"]
+    assert json.loads(t.model_dump_json()) == t.model_dump(mode="json")
+
+
+def test_a_history_rewriting_template_gives_per_turn_rows_never_a_flat_view(
+    task: tuple[Paper, Snippet], require_bwrap: None
+) -> None:
+    paper, snippet = task
+    with ScriptedModelServer(_solve(snippet), tokens="rewrite") as server:
+        policy = OpenAIPolicy("scripted", base_url=server.openai_url)
+        t = asyncio.run(rollout(paper, snippet, policy, config=CFG, sandbox=_bwrap()))
+    assert t.reward == 2.0
+    assert t.tokens == "full"
+    assert t.flat is None
+    assert all(c.prompt_ids and c.completion_ids for c in t.calls)
+
+
+def test_a_server_without_tokens_gives_messages_only(
+    task: tuple[Paper, Snippet], require_bwrap: None
+) -> None:
+    paper, snippet = task
+    with ScriptedModelServer(_solve(snippet), tokens=None) as server:
+        policy = OpenAIPolicy("scripted", base_url=server.openai_url)
+        t = asyncio.run(rollout(paper, snippet, policy, config=CFG, sandbox=_bwrap()))
+    assert (t.reward, t.tokens, t.flat) == (2.0, "none", None)
+    assert all(c.prompt_ids is None and c.completion_ids is None for c in t.calls)
+
+
+def test_token_views_need_every_turn_to_extend_the_last() -> None:
+    a = ModelTurn(prompt_ids=(1, 2), completion_ids=(3,), logprobs=(-0.1,))
+    b = ModelTurn(prompt_ids=(1, 2, 3, 4), completion_ids=(5, 6), logprobs=(-0.2, -0.3))
+    coverage, flat = token_views([a, b])
+    assert coverage == "full"
+    assert flat is not None
+    assert flat.ids == (1, 2, 3, 4, 5, 6)
+    assert flat.loss_mask == (0, 0, 1, 0, 1, 1)
+    assert flat.logprobs == (0.0, 0.0, -0.1, 0.0, -0.2, -0.3)
+    rewritten = b.model_copy(update={"prompt_ids": (1, 9, 3, 4)})
+    assert token_views([a, rewritten]) == ("full", None)
+    assert token_views([a, ModelTurn()]) == ("partial", None)
+    assert token_views([ModelTurn()]) == ("none", None)
+
+
+class ScriptedPolicy:
+    """A fake policy: each new conversation gets the next sample number (arrival order), and
+    ``script(n, turn)`` says what sample ``n`` does at its ``turn``-th call."""
+
+    def __init__(self, script: Any) -> None:
+        self.script = script
+        self.conversations: dict[int, tuple[int, int]] = {}
+
+    async def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+        key = id(messages)
+        n, turn = self.conversations.get(key, (len(self.conversations), 0))
+        self.conversations[key] = (n, turn + 1)
+        name, args = self.script(n, turn)
+        call = {
+            "id": f"c{n}-{turn}",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args)},
+        }
+        return PolicyOutput(message={"role": "assistant", "content": None, "tool_calls": [call]})
+
+
+def test_a_group_of_8_one_template_8_sandboxes_isolated(
+    task: tuple[Paper, Snippet], require_bwrap: None
+) -> None:
+    paper, snippet = task
+
+    def script(n: int, turn: int) -> tuple[str, dict[str, Any]]:
+        steps: list[tuple[str, dict[str, Any]]] = [
+            ("run_command", {"command": f"echo {n} > mine.txt; ls"}),
+            ("replace_in_file", {"path": snippet.file, "old": snippet.todo_body(),
+                                 "new": snippet.reference_body if n % 2 == 0 else "        pass\n"}),
+            ("submit", {}),
+        ]  # fmt: skip
+        return steps[min(turn, 2)]
+
+    g = asyncio.run(rollout_group(paper, snippet, ScriptedPolicy(script), 8, config=CFG,
+                                  sandbox=_bwrap()))  # fmt: skip
+    assert g.templates_prepared == 1
+    assert len(g.trajectories) == 8
+    assert {t.group_id for t in g.trajectories} == {g.group_id}
+    assert sorted(t.sample for t in g.trajectories) == list(range(8))
+    # each sample saw only its own file: one sandbox each
+    for t in g.trajectories:
+        listing = t.steps[0].observation
+        assert listing.count("mine.txt") == 1
+    assert sorted(t.reward or 0.0 for t in g.trajectories) == [0.0] * 4 + [2.0] * 4
+    assert g.complete
+    adv = g.advantages()
+    assert all(a is not None for a in adv)
+    assert sum(a or 0.0 for a in adv) == pytest.approx(0.0)
+
+
+def test_reuse_mode_resets_one_sandbox_and_checks_it_is_pristine(
+    task: tuple[Paper, Snippet], require_bwrap: None
+) -> None:
+    paper, snippet = task
+
+    def script(n: int, turn: int) -> tuple[str, dict[str, Any]]:
+        steps: list[tuple[str, dict[str, Any]]] = [
+            ("run_command", {"command": "ls; echo x > leftover.txt"}),
+            ("submit", {}),
+        ]
+        return steps[min(turn, 1)]
+
+    g = asyncio.run(rollout_group(paper, snippet, ScriptedPolicy(script), 8, config=CFG,
+                                  sandbox=_bwrap(), mode="reuse"))  # fmt: skip
+    assert g.pristine_checks == [True] * 8
+    assert g.templates_prepared == 1
+    for t in g.trajectories:
+        assert "leftover.txt" not in t.steps[0].observation  # the previous sample's file is gone
+        assert (t.status, t.reward) == ("completed", 0.0)
+
+
+@pytest.fixture
+def fake_backend() -> Any:
+    register_backend(FakeBackend)
+    FakeBackend.log = []
+    yield FakeBackend
+    FakeBackend.inject = None
+    FakeBackend.log = []
+
+
+@pytest.mark.parametrize("retries", [1, 0])
+def test_a_killed_sandbox_in_one_of_8_samples(
+    task: tuple[Paper, Snippet], fake_backend: Any, retries: int
+) -> None:
+    paper, snippet = task
+    killed: list[str] = []
+
+    def inject(command: str) -> BaseException | None:
+        if "rcb-kill-me" in command and not killed:
+            killed.append(command)
+            return SandboxError("the sandbox died (injected)")
+        return None
+
+    fake_backend.inject = inject
+
+    def script(n: int, turn: int) -> tuple[str, dict[str, Any]]:
+        steps: list[tuple[str, dict[str, Any]]] = [
+            ("run_command", {"command": "echo rcb-kill-me"}),
+            ("replace_in_file", {"path": snippet.file, "old": snippet.todo_body(),
+                                 "new": snippet.reference_body}),
+            ("submit", {}),
+        ]  # fmt: skip
+        return steps[min(turn, 2)]
+
+    cfg = CFG.model_copy(update={"retries": retries})
+    g = asyncio.run(
+        rollout_group(paper, snippet, ScriptedPolicy(script), 8, config=cfg,
+                      sandbox=SandboxConfig(backend="fake", python=config.task_python()))
+    )  # fmt: skip
+    hit = [t for t in g.trajectories if t.errors]
+    assert len(hit) == 1
+    (t,) = hit
+    assert t.errors[0].type == "SandboxError"
+    others = [x for x in g.trajectories if x is not t]
+    assert all((x.attempts, x.reward) == (1, 2.0) for x in others)
+    if retries:
+        assert (t.attempts, t.status, t.reward) == (2, "completed", 2.0)
+        assert g.complete
+    else:
+        assert (t.attempts, t.status, t.reward, t.passed) == (1, "infra_error", None, None)
+        assert t.stop_reason == "infra_error"
+        assert not g.complete
+        assert g.advantages()[g.trajectories.index(t)] is None
