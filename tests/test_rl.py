@@ -24,6 +24,7 @@ from rcb_env.task import bundled_root, load
 from rcb_env.task.models import Paper, Snippet
 from rcb_env.testing import FakeBackend
 
+WRONG = "        pass\n"
 CFG = RolloutConfig(grading=GradingConfig(python=config.task_python(), timeout_s=60))
 
 
@@ -159,7 +160,7 @@ def test_a_group_of_8_one_template_8_sandboxes_isolated(
         steps: list[tuple[str, dict[str, Any]]] = [
             ("run_command", {"command": f"echo {n} > mine.txt; ls"}),
             ("replace_in_file", {"path": snippet.file, "old": snippet.todo_body(),
-                                 "new": snippet.reference_body if n % 2 == 0 else "        pass\n"}),
+                                 "new": snippet.reference_body if n % 2 == 0 else WRONG}),
             ("submit", {}),
         ]  # fmt: skip
         return steps[min(turn, 2)]
@@ -254,3 +255,96 @@ def test_a_killed_sandbox_in_one_of_8_samples(
         assert t.stop_reason == "infra_error"
         assert not g.complete
         assert g.advantages()[g.trajectories.index(t)] is None
+
+
+def test_export_jsonl_hf_and_sft_drop_incomplete_groups_and_say_so(
+    task: tuple[Paper, Snippet], fake_backend: Any, tmp_path: Path
+) -> None:
+    import datasets
+    from click.testing import CliRunner
+
+    from rcb_env.cli import cli
+    from rcb_env.rl.export import COLUMNS, TrajectoryLog
+
+    paper, snippet = task
+    killed: list[str] = []
+
+    def inject(command: str) -> BaseException | None:
+        if "rcb-kill-me" in command and not killed:
+            killed.append(command)
+            return SandboxError("the sandbox died (injected)")
+        return None
+
+    fake_backend.inject = inject
+
+    def script(n: int, turn: int) -> tuple[str, dict[str, Any]]:
+        steps: list[tuple[str, dict[str, Any]]] = [
+            ("run_command", {"command": "echo rcb-kill-me"}),
+            ("replace_in_file", {"path": snippet.file, "old": snippet.todo_body(),
+                                 "new": snippet.reference_body}),
+            ("submit", {}),
+        ]  # fmt: skip
+        return steps[min(turn, 2)]
+
+    sandbox = SandboxConfig(backend="fake", python=config.task_python())
+    no_retry = CFG.model_copy(update={"retries": 0})
+    run = tmp_path / "run"
+    log = TrajectoryLog(run)
+    for _ in range(2):  # the first group loses a sample for good, the second does not
+        g = asyncio.run(rollout_group(paper, snippet, ScriptedPolicy(script), 3, config=no_retry,
+                                      sandbox=sandbox))  # fmt: skip
+        for t in g.trajectories:
+            log.append(t)
+    log.close()
+    runner = CliRunner()
+    result = runner.invoke(cli, ["export", str(run), "--format", "hf", "-o", str(tmp_path / "hf")])
+    assert result.exit_code == 0, result.output
+    assert "dropped 1 incomplete groups (3 rows)" in result.output
+    ds = datasets.load_from_disk(str(tmp_path / "hf"))
+    assert ds.column_names == list(COLUMNS)
+    assert ds.num_rows == 3
+    assert set(ds["reward"]) == {2.0}
+    assert all(ds["group_complete"])
+    kept = runner.invoke(
+        cli, ["export", str(run), "--format", "jsonl", "-o", str(tmp_path / "all.jsonl"),
+              "--keep-incomplete"],
+    )  # fmt: skip
+    assert kept.exit_code == 0, kept.output
+    rows = [json.loads(x) for x in (tmp_path / "all.jsonl").read_text().splitlines()]
+    assert len(rows) == 6
+    assert sum(r["reward"] is None for r in rows) == 1
+    sft = runner.invoke(cli, ["export", str(run), "--format", "sft", "-o", str(tmp_path / "s")])
+    assert sft.exit_code == 0, sft.output
+    chats = [json.loads(x) for x in (tmp_path / "s").read_text().splitlines()]
+    assert len(chats) == 3
+    assert chats[0]["messages"][0]["role"] == "system"
+    assert chats[0]["tools"]
+
+
+def test_an_evaluation_run_exports_messages_only(tmp_path: Path, require_bwrap: None) -> None:
+    import datasets
+
+    from rcb_env.rl.export import export
+    from rcb_env.runner import EvalConfig, run_eval
+
+    pset = load(bundled_root())
+    paper = pset.paper("adamw-warmup")
+    one = pset.model_copy(
+        update={"papers": (paper.model_copy(update={"snippets": paper.snippets[:2]}),)}
+    )
+    run_eval(
+        one,
+        EvalConfig(
+            agent="oracle",
+            sandbox=_bwrap(),
+            grading=GradingConfig(python=config.task_python(), timeout_s=60),
+        ),
+        tmp_path / "run",
+    )
+    report = export(tmp_path / "run", tmp_path / "hf", "hf")
+    assert (report.source, report.rows, report.tokens) == ("episodes.jsonl", 2, {"none": 2})
+    ds = datasets.load_from_disk(str(tmp_path / "hf"))
+    assert ds["tokens"] == ["none", "none"]
+    assert ds["flat_ids"] == [[], []]
+    first = json.loads(ds["messages"][0])
+    assert [m["role"] for m in first] == ["user", "assistant", "tool", "assistant", "tool"]

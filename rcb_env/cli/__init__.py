@@ -10,6 +10,7 @@ from rcb_env.cli import (
     benchmark,
     conformance,
     eval,
+    export,
     hacks,
     images,
     results,
@@ -20,7 +21,18 @@ from rcb_env.cli._app import EXIT_ERROR, cli, err
 from rcb_env.errors import RcbError
 
 __all__ = ["cli", "main"]
-_COMMANDS = (audit, benchmark, conformance, eval, hacks, images, results, tasks, validate)
+_COMMANDS = (
+    audit,
+    benchmark,
+    conformance,
+    eval,
+    export,
+    hacks,
+    images,
+    results,
+    tasks,
+    validate,
+)
 
 
 def main() -> None:

@@ -149,7 +149,7 @@ class RecordLog:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         return self
 
-    def append(self, record: EpisodeRecord) -> None:
+    def append(self, record: BaseModel) -> None:
         line = (record.model_dump_json() + "\n").encode()
         with self._lock:
             os.write(self._fd, line)

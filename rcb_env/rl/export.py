@@ -1,0 +1,250 @@
+"""Trajectories on disk, and their export for trainers.
+
+A rollout run folder holds ``trajectories.jsonl`` (one :class:`~rcb_env.rl.trajectory.Trajectory`
+per line, appended as samples finish, like episode records). ``rcb-env export RUN`` writes:
+
+- ``jsonl``: the trajectories as they are, one per line;
+- ``hf``: a Hugging Face ``datasets`` dataset on disk (``datasets.load_from_disk``), one row per
+  trajectory, with the columns of :data:`COLUMNS`;
+- ``sft``: chat JSONL (``{"messages": [...], "tools": [...]}``) of the passing trajectories.
+
+Rows carry their group id and status. Groups with an unscored sample (an infrastructure failure
+that retries did not fix) are incomplete and dropped by default (a group baseline over them would
+be wrong); the export says how many. An evaluation run (``episodes.jsonl`` only) exports too,
+messages rebuilt from its steps and marked ``tokens: none``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from rcb_env._common import Frozen
+from rcb_env.errors import ConfigError
+from rcb_env.results.records import RecordLog, read_records
+from rcb_env.rl.trajectory import Trajectory, TrajectoryStep
+
+TRAJECTORIES = "trajectories.jsonl"
+Format = Literal["jsonl", "hf", "sft"]
+
+#: The ``hf`` format's columns, each with what it holds.
+COLUMNS: dict[str, str] = {
+    "group_id": "samples drawn together share it",
+    "sample": "index of the sample in its group",
+    "task_id": "<paper>/<snippet>",
+    "paper_id": "the paper",
+    "status": "completed | truncated | infra_error",
+    "stop_reason": "submit | max_turns | max_tokens | timeout | context_length | infra_error",
+    "reward": "float, or None when the sample could not be scored",
+    "passed": "bool, or None when the sample could not be scored",
+    "weight": "the snippet's line weight",
+    "attempts": "tries the sample took",
+    "group_complete": "every sample of the group has a reward",
+    "tokens": "full | partial | none: whether every model call came with token ids",
+    "messages": "the conversation as sent (OpenAI chat format), JSON text",
+    "tools": "the tool schemas as sent, JSON text",
+    "flat_ids": "the whole conversation's token ids (empty when turns do not extend each other)",
+    "flat_loss_mask": "1 on model tokens, 0 elsewhere (same length as flat_ids)",
+    "flat_logprobs": "the sampling logprob of model tokens, 0.0 elsewhere",
+    "turns": "per model call: prompt_ids, completion_ids, logprobs, finish_reason, JSON text",
+    "policy_version": "the policy version that sampled it, when known",
+}
+
+
+class TrajectoryLog:
+    """Append trajectories to ``<run>/trajectories.jsonl`` as they finish (one whole line each,
+    fsynced: a killed loop leaves whole rows)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self._log = RecordLog(run_dir / TRAJECTORIES).open()
+
+    def append(self, t: Trajectory) -> None:
+        self._log.append(t)
+
+    def close(self) -> None:
+        self._log.close()
+
+
+def read_trajectories(path: Path) -> list[Trajectory]:
+    out: list[Trajectory] = []
+    if not path.exists():
+        return out
+    for line in path.read_bytes().splitlines():
+        if not line.strip():
+            continue
+        try:
+            out.append(Trajectory.model_validate(json.loads(line)))
+        except (json.JSONDecodeError, ValidationError, UnicodeDecodeError):
+            continue  # a torn last line
+    return out
+
+
+def _from_episodes(run_dir: Path) -> list[Trajectory]:
+    """An evaluation run's records as trajectories (no tokens; messages rebuilt from steps)."""
+    out = []
+    for r in read_records(run_dir / "episodes.jsonl"):
+        messages: list[dict[str, Any]] = [{"role": "user", "content": r.initial_observation}]
+        steps = []
+        for s in r.steps:
+            action = s.action if isinstance(s.action, dict) else {"raw": s.action}
+            name = str(action.get("tool", ""))
+            args = {k: v for k, v in action.items() if k != "tool"}
+            call_id = f"step{s.index}"
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": name, "arguments": json.dumps(args)},
+                        }
+                    ],
+                }
+            )
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": s.observation})
+            steps.append(
+                TrajectoryStep(
+                    index=s.index,
+                    action={"tool": name, "arguments": args},
+                    observation=s.observation,
+                    tool_ok=not s.observation.startswith("error"),
+                    env_s=s.duration_s,
+                )
+            )
+        scored = r.status != "infra_error"
+        out.append(
+            Trajectory(
+                task_id=r.snippet_id,
+                paper_id=r.paper_id,
+                group_id=f"{r.run_id}:{r.snippet_id}",
+                sample=r.sample,
+                weight=r.weight,
+                messages=messages,
+                tools=[],
+                steps=steps,
+                status=r.status,
+                stop_reason="submit"
+                if r.reason == "submit"
+                else ("infra_error" if not scored else "max_turns"),
+                reward=r.reward if scored else None,
+                passed=r.passed if scored else None,
+                errors=[r.infra_error] if r.infra_error else [],
+            )
+        )
+    return out
+
+
+def load_run(run_dir: Path) -> tuple[list[Trajectory], str]:
+    """A run folder's trajectories, and where they came from."""
+    if (run_dir / TRAJECTORIES).is_file():
+        return read_trajectories(run_dir / TRAJECTORIES), TRAJECTORIES
+    if (run_dir / "episodes.jsonl").is_file():
+        return _from_episodes(run_dir), "episodes.jsonl"
+    raise ConfigError(f"{run_dir} holds neither {TRAJECTORIES} nor episodes.jsonl")
+
+
+class ExportReport(Frozen):
+    source: str
+    rows: int
+    groups: int
+    dropped_groups: int
+    """Incomplete groups left out (an unscored sample)."""
+    dropped_rows: int
+    tokens: dict[str, int]
+    """Rows by token coverage (full / partial / none)."""
+
+
+def _row(t: Trajectory, complete: bool) -> dict[str, Any]:
+    return {
+        "group_id": t.group_id,
+        "sample": t.sample,
+        "task_id": t.task_id,
+        "paper_id": t.paper_id,
+        "status": t.status,
+        "stop_reason": t.stop_reason,
+        "reward": t.reward,
+        "passed": t.passed,
+        "weight": t.weight,
+        "attempts": t.attempts,
+        "group_complete": complete,
+        "tokens": t.tokens,
+        "messages": json.dumps(t.messages),
+        "tools": json.dumps(t.tools),
+        "flat_ids": list(t.flat.ids) if t.flat else [],
+        "flat_loss_mask": list(t.flat.loss_mask) if t.flat else [],
+        "flat_logprobs": list(t.flat.logprobs) if t.flat else [],
+        "turns": json.dumps(
+            [
+                {
+                    "prompt_ids": c.prompt_ids,
+                    "completion_ids": c.completion_ids,
+                    "logprobs": c.logprobs,
+                    "finish_reason": c.finish_reason,
+                }
+                for c in t.calls
+            ]
+        ),
+        "policy_version": t.policy_version,
+    }
+
+
+def export(run_dir: Path, out: Path, fmt: Format, *, keep_incomplete: bool = False) -> ExportReport:
+    """Write ``run_dir``'s trajectories to ``out`` in ``fmt``.
+
+    Raises:
+        ConfigError: not a run folder, or ``hf`` without the ``datasets`` package.
+    """
+    trajectories, source = load_run(run_dir)
+    groups: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajectories:
+        groups[t.group_id].append(t)
+    complete = {g: all(t.scored for t in ts) for g, ts in groups.items()}
+    kept = [t for t in trajectories if keep_incomplete or complete[t.group_id]]
+    dropped = [g for g, ok in complete.items() if not ok and not keep_incomplete]
+    coverage: dict[str, int] = defaultdict(int)
+    for t in kept:
+        coverage[t.tokens] += 1
+    if fmt == "jsonl":
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("w", encoding="utf-8") as f:
+            for t in kept:
+                f.write(t.model_dump_json() + "\n")
+        rows = len(kept)
+    elif fmt == "sft":
+        passing = [t for t in kept if t.passed]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("w", encoding="utf-8") as f:
+            for t in passing:
+                f.write(json.dumps({"messages": t.messages, "tools": t.tools}) + "\n")
+        rows = len(passing)
+    else:
+        try:
+            import datasets
+        except ImportError as exc:
+            raise ConfigError(
+                "--format hf needs the datasets package: pip install 'rcb-env[rl]'"
+            ) from exc
+        datasets.disable_progress_bars()
+        data = [_row(t, complete[t.group_id]) for t in kept]
+        dataset = (
+            datasets.Dataset.from_list(data)
+            if data
+            else datasets.Dataset.from_dict({c: [] for c in COLUMNS})
+        )
+        dataset.save_to_disk(str(out))
+        rows = len(data)
+    return ExportReport(
+        source=source,
+        rows=rows,
+        groups=len(groups) - len(dropped),
+        dropped_groups=len(dropped),
+        dropped_rows=len(trajectories) - len(kept),
+        tokens=dict(coverage),
+    )
