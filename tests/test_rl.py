@@ -348,3 +348,31 @@ def test_an_evaluation_run_exports_messages_only(tmp_path: Path, require_bwrap: 
     assert ds["flat_ids"] == [[], []]
     first = json.loads(ds["messages"][0])
     assert [m["role"] for m in first] == ["user", "assistant", "tool", "assistant", "tool"]
+
+
+@pytest.mark.slow
+def test_reward_hack_bodies_score_zero_through_rollout(require_bwrap: None) -> None:
+    from rcb_env.validation.hacks import ATTACKS, TARGET
+
+    paper = load(bundled_root()).paper(TARGET[0])
+    snippet = paper.snippet(TARGET[1])
+    cfg = RolloutConfig(grading=GradingConfig(python=config.task_python(), timeout_s=20))
+    from rcb_env.sandbox import SandboxFactory
+
+    factory = SandboxFactory(_bwrap())
+
+    def hack(body: str) -> ScriptedPolicy:
+        edit = {"path": snippet.file, "old": snippet.todo_body(), "new": body}
+        return ScriptedPolicy(
+            lambda _n, turn: ("replace_in_file", edit) if turn == 0 else ("submit", {})
+        )
+
+    try:
+        results = {
+            name: asyncio.run(rollout(paper, snippet, hack(body), config=cfg, factory=factory))
+            for name, body in ATTACKS.items()
+        }
+    finally:
+        factory.close()
+    scored = {name: (t.status, t.reward) for name, t in results.items()}
+    assert all(reward == 0.0 for _status, reward in scored.values()), scored
