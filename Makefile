@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install check test test-fast fmt bench published bench-published clean
+.PHONY: install check test test-fast fmt bench published bench-published bench-rollouts clean
 
 install:
 	bash scripts/install.sh
@@ -39,6 +39,9 @@ published: install
 	$(BIN)/rcb-env eval --pset researchcodebench --agent oracle --jobs 2 --runs-dir runs/published-oracle
 	$(BIN)/rcb-env eval --pset researchcodebench --agent null --jobs 2 --runs-dir runs/published-null
 	$(BIN)/rcb-env audit --pset researchcodebench
+
+bench-rollouts: install
+	$(BIN)/python -m benchmarks.bench_rollouts
 
 bench-published: install
 	$(BIN)/python -m benchmarks.bench_published

@@ -376,3 +376,51 @@ def test_reward_hack_bodies_score_zero_through_rollout(require_bwrap: None) -> N
         factory.close()
     scored = {name: (t.status, t.reward) for name, t in results.items()}
     assert all(reward == 0.0 for _status, reward in scored.values()), scored
+
+
+class _Stops:
+    """A policy that edits, then ends the way ``how`` says."""
+
+    def __init__(self, snippet: Snippet, how: str) -> None:
+        self.snippet, self.how, self.turn = snippet, how, 0
+
+    async def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+        from rcb_env.rl import ContextLengthError
+
+        self.turn += 1
+        if self.turn == 1:
+            edit = {
+                "path": self.snippet.file,
+                "old": self.snippet.todo_body(),
+                "new": self.snippet.reference_body,
+            }
+            call = {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "replace_in_file", "arguments": json.dumps(edit)},
+            }
+            return PolicyOutput(message={"role": "assistant", "tool_calls": [call]})
+        if self.how == "length":
+            return PolicyOutput(
+                message={"role": "assistant", "content": "..."}, finish_reason="length"
+            )
+        if self.how == "context":
+            raise ContextLengthError("prompt too long")
+        return PolicyOutput(message={"role": "assistant", "content": "thinking"})
+
+
+@pytest.mark.parametrize(
+    ("how", "stop"),
+    [("length", "max_tokens"), ("context", "context_length"), ("talk", "max_turns")],
+)
+def test_stop_reasons_are_a_closed_set_and_the_workspace_is_graded(
+    task: tuple[Paper, Snippet], fake_backend: Any, how: str, stop: str
+) -> None:
+    paper, snippet = task
+    cfg = CFG.model_copy(update={"max_turns": 3})
+    t = asyncio.run(
+        rollout(paper, snippet, _Stops(snippet, how), config=cfg,
+                sandbox=SandboxConfig(backend="fake", python=config.task_python()))
+    )  # fmt: skip
+    assert (t.stop_reason, t.status) == (stop, "truncated")
+    assert (t.reward, t.passed) == (2.0, True)  # the edit was made: graded as it stands
