@@ -212,11 +212,8 @@ def fake_backend() -> Any:
     FakeBackend.log = []
 
 
-@pytest.mark.parametrize("retries", [1, 0])
-def test_a_killed_sandbox_in_one_of_8_samples(
-    task: tuple[Paper, Snippet], fake_backend: Any, retries: int
-) -> None:
-    paper, snippet = task
+def _kill_the_first_sandbox() -> Any:
+    """A fault for the fake backend: the first sandbox to run ``rcb-kill-me`` dies."""
     killed: list[str] = []
 
     def inject(command: str) -> BaseException | None:
@@ -225,8 +222,10 @@ def test_a_killed_sandbox_in_one_of_8_samples(
             return SandboxError("the sandbox died (injected)")
         return None
 
-    fake_backend.inject = inject
+    return inject
 
+
+def _kill_then_solve(snippet: Snippet) -> Any:
     def script(n: int, turn: int) -> tuple[str, dict[str, Any]]:
         steps: list[tuple[str, dict[str, Any]]] = [
             ("run_command", {"command": "echo rcb-kill-me"}),
@@ -235,6 +234,17 @@ def test_a_killed_sandbox_in_one_of_8_samples(
             ("submit", {}),
         ]  # fmt: skip
         return steps[min(turn, 2)]
+
+    return script
+
+
+@pytest.mark.parametrize("retries", [1, 0])
+def test_a_killed_sandbox_in_one_of_8_samples(
+    task: tuple[Paper, Snippet], fake_backend: Any, retries: int
+) -> None:
+    paper, snippet = task
+    fake_backend.inject = _kill_the_first_sandbox()
+    script = _kill_then_solve(snippet)
 
     cfg = CFG.model_copy(update={"retries": retries})
     g = asyncio.run(
@@ -267,24 +277,8 @@ def test_export_jsonl_hf_and_sft_drop_incomplete_groups_and_say_so(
     from rcb_env.rl.export import COLUMNS, TrajectoryLog
 
     paper, snippet = task
-    killed: list[str] = []
-
-    def inject(command: str) -> BaseException | None:
-        if "rcb-kill-me" in command and not killed:
-            killed.append(command)
-            return SandboxError("the sandbox died (injected)")
-        return None
-
-    fake_backend.inject = inject
-
-    def script(n: int, turn: int) -> tuple[str, dict[str, Any]]:
-        steps: list[tuple[str, dict[str, Any]]] = [
-            ("run_command", {"command": "echo rcb-kill-me"}),
-            ("replace_in_file", {"path": snippet.file, "old": snippet.todo_body(),
-                                 "new": snippet.reference_body}),
-            ("submit", {}),
-        ]  # fmt: skip
-        return steps[min(turn, 2)]
+    fake_backend.inject = _kill_the_first_sandbox()
+    script = _kill_then_solve(snippet)
 
     sandbox = SandboxConfig(backend="fake", python=config.task_python())
     no_retry = CFG.model_copy(update={"retries": 0})

@@ -11,7 +11,7 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -107,8 +107,12 @@ class EpisodeRecord(BaseModel):
         )
 
 
-def read_records(path: Path) -> list[EpisodeRecord]:
-    """Every whole, valid record of a JSONL file (a torn or foreign line is skipped)."""
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_jsonl(path: Path, model: type[M]) -> list[M]:
+    """Every whole, valid line of a JSONL file as ``model`` (a torn or foreign line is
+    skipped)."""
     if not path.exists():
         return []
     out = []
@@ -116,10 +120,15 @@ def read_records(path: Path) -> list[EpisodeRecord]:
         if not line.strip():
             continue
         try:
-            out.append(EpisodeRecord.model_validate(json.loads(line)))
+            out.append(model.model_validate(json.loads(line)))
         except (json.JSONDecodeError, ValidationError, UnicodeDecodeError):
             continue
     return out
+
+
+def read_records(path: Path) -> list[EpisodeRecord]:
+    """Every whole, valid record of a JSONL file (a torn or foreign line is skipped)."""
+    return read_jsonl(path, EpisodeRecord)
 
 
 def final_records(records: list[EpisodeRecord]) -> dict[tuple[str, int], EpisodeRecord]:

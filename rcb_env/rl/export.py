@@ -21,11 +21,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ValidationError
-
 from rcb_env._common import Frozen
 from rcb_env.errors import ConfigError
-from rcb_env.results.records import RecordLog, read_records
+from rcb_env.results.records import RecordLog, read_jsonl, read_records
 from rcb_env.rl.trajectory import Trajectory, TrajectoryStep
 
 TRAJECTORIES = "trajectories.jsonl"
@@ -71,17 +69,8 @@ class TrajectoryLog:
 
 
 def read_trajectories(path: Path) -> list[Trajectory]:
-    out: list[Trajectory] = []
-    if not path.exists():
-        return out
-    for line in path.read_bytes().splitlines():
-        if not line.strip():
-            continue
-        try:
-            out.append(Trajectory.model_validate(json.loads(line)))
-        except (json.JSONDecodeError, ValidationError, UnicodeDecodeError):
-            continue  # a torn last line
-    return out
+    """Every whole trajectory of a ``trajectories.jsonl`` (a torn last line is skipped)."""
+    return read_jsonl(path, Trajectory)
 
 
 def _from_episodes(run_dir: Path) -> list[Trajectory]:

@@ -693,28 +693,34 @@ def _snippet(
     goal = goals[0]
     test = _unit_test(repo, impl, impl.position)
     function, class_name = impl.goal_function, impl.class_name
-    if empty:
-        # Nothing to mask or run; keep the implementation listed, weighed by the golden file.
-        weight = _golden_weight(golden_text, function, class_name)
+
+    def make(weight: int, **region: Any) -> Snippet:
         return Snippet(
             paper_id=folder.name,
             name=name,
             slug=slug,
             file=goal,
-            start_line=0,
-            end_line=1,
-            indent="",
             depth=0,
             parent=None,
             children=(),
             weight=weight,
             distinct_lines=weight,
+            test_file=test,
+            instruction=impl.instruction or None,
+            **region,
+        )
+
+    if empty:
+        # Nothing to mask or run; keep the implementation listed, weighed by the golden file.
+        return make(
+            _golden_weight(golden_text, function, class_name),
+            start_line=0,
+            end_line=1,
+            indent="",
             reference_body="",
             masked_text="",
             placeholder="",
             symbol=f"{class_name}.{function}" if class_name else function or None,
-            test_file=test,
-            instruction=impl.instruction or None,
         )
     if not (repo / goal).is_file():
         raise MissingTaskFileError(f"goal file {impl.goal_file} is not in {repo.name}/", **where)
@@ -745,25 +751,15 @@ def _snippet(
     _check_roundtrip(masked_text, a, reference, golden_text, function, class_name, where)
     weight = sum(is_code_line(line) for line in pr.split_lines(reference))
     reason = _availability(repo, test, missing=missing, repo_rel=repo_rel)
-    return Snippet(
-        paper_id=folder.name,
-        name=name,
-        slug=slug,
-        file=goal,
+    return make(
+        weight,
         start_line=a.masked.before,
         end_line=a.masked.after,
         indent=a.masked.indent,
-        depth=0,
-        parent=None,
-        children=(),
-        weight=weight,
-        distinct_lines=weight,
         reference_body=reference,
         masked_text=masked_text,
         placeholder=placeholder,
         symbol=symbol,
-        test_file=test,
-        instruction=impl.instruction or None,
         unavailable=reason,
     )
 
