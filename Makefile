@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install check test test-fast fmt bench published bench-published bench-rollouts clean
+.PHONY: install check test test-fast fmt bench published bench-published bench-rollouts bench-ray clean
 
 install:
 	bash scripts/install.sh
@@ -39,6 +39,9 @@ published: install
 	$(BIN)/rcb-env eval --pset researchcodebench --agent oracle --jobs 2 --runs-dir runs/published-oracle
 	$(BIN)/rcb-env eval --pset researchcodebench --agent null --jobs 2 --runs-dir runs/published-null
 	$(BIN)/rcb-env audit --pset researchcodebench
+
+bench-ray: install
+	$(BIN)/python -m benchmarks.bench_ray
 
 bench-rollouts: install
 	$(BIN)/python -m benchmarks.bench_rollouts

@@ -48,6 +48,12 @@ from rcb_env.tools.toolbox import Feedback
 @base_option
 @cgroup_option
 @click.option("--pool", default=0, show_default=True, help="docker: warm containers per image.")
+@click.option(
+    "--ray",
+    "ray_address",
+    help="Run the episodes on Ray: 'local' (a Ray instance here with --jobs sandbox slots) or a "
+    "cluster's address (its nodes declare the rcb_sandbox resource). Needs rcb-env[ray].",
+)
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"))
 @click.option(
     "--resume",
@@ -105,6 +111,7 @@ def eval_cmd(
     timeout: float | None,
     base: str | None,
     pool: int,
+    ray_address: str | None,
     model: str | None,
     base_url: str | None,
     temperature: float | None,
@@ -163,6 +170,7 @@ def eval_cmd(
             ),
             infra_retries=infra_retries,
             retry_delay_s=retry_delay,
+            ray_address=ray_address,
         )
     print_summary(out, summary, _shown(run_dir))
     out.print(f"records: {_shown(run_dir / 'episodes.jsonl')}")

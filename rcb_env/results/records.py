@@ -89,6 +89,10 @@ class EpisodeRecord(BaseModel):
     started_at: float
     """Unix time."""
     duration_s: float
+    node: str | None = None
+    """The Ray node that ran it (runs on a Ray cluster)."""
+    attempt: int = 1
+    """Which start of its group this was (a group moved off a dead node starts again)."""
 
     @classmethod
     def from_outcome(cls, outcome: EpisodeOutcome, **fields: Any) -> EpisodeRecord:

@@ -302,6 +302,7 @@ def run_eval(
     retry_delay_s: float = 5.0,
     make_agent: AgentFactory | None = None,
     only_ready: bool = True,
+    ray_address: str | None = None,
 ) -> Summary:
     """Run every (snippet, sample) not yet finished in ``run_dir`` and return the summary.
 
@@ -317,6 +318,11 @@ def run_eval(
 
     ``make_agent`` builds each episode's agent; by default ``cfg.agent`` is resolved by name
     (:func:`rcb_env.agent.agent_factory`).
+
+    ``ray_address`` runs the episodes on a Ray cluster instead (``local``: a Ray instance on
+    this machine with ``jobs`` sandbox slots; else a cluster's address): one Ray task per group
+    of samples of a snippet, records streamed back and written here only
+    (:mod:`rcb_env.runner.ray_runner`).
 
     Raises:
         ConfigError: resuming with a different agent, configuration or task set.
@@ -358,22 +364,36 @@ def run_eval(
     ]
     if on_plan is not None:
         on_plan(len(todo))
-    new_agent = make_agent or make_agent_factory(cfg, pset)
-    factory = SandboxFactory(cfg.sandbox)
     writer = RecordLog(records_path).open()
     failed: list[tuple[Paper, Snippet, int]] = []  # infrastructure errors of the last round
+
+    def keep(record: EpisodeRecord, item: tuple[Paper, Snippet, int]) -> None:
+        writer.append(record)
+        if record.status == "infra_error":
+            failed.append(item)
+        if on_episode is not None:
+            on_episode(record)
+
+    dispatcher: Any = None
+    factory: SandboxFactory | None = None
+    if ray_address is not None:
+        from rcb_env.runner.ray_runner import RayDispatcher
+
+        dispatcher = RayDispatcher(ray_address, jobs=jobs)
+    else:
+        new_agent = make_agent or make_agent_factory(cfg, pset)
+        factory = SandboxFactory(cfg.sandbox)
     try:
 
         def work(item: tuple[Paper, Snippet, int]) -> None:
             paper, snippet, sample = item
-            record = run_episode(paper, snippet, sample, new_agent(), cfg, factory, run_id)
-            writer.append(record)
-            if record.status == "infra_error":
-                failed.append(item)
-            if on_episode is not None:
-                on_episode(record)
+            assert factory is not None
+            keep(run_episode(paper, snippet, sample, new_agent(), cfg, factory, run_id), item)
 
         def run_all(items: list[tuple[Paper, Snippet, int]]) -> None:
+            if dispatcher is not None:
+                _run_on_ray(dispatcher, items, pset, cfg, run_id, keep)
+                return
             with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
                 for future in [pool.submit(work, item) for item in items]:
                     future.result()
@@ -395,5 +415,69 @@ def run_eval(
             run_all(again)
     finally:
         writer.close()
-        factory.close()
+        if factory is not None:
+            factory.close()
+        if dispatcher is not None:
+            dispatcher.close()
     return summarize_run(run_dir)
+
+
+def _run_on_ray(
+    dispatcher: Any,
+    items: list[tuple[Paper, Snippet, int]],
+    pset: Pset,
+    cfg: EvalConfig,
+    run_id: str,
+    keep: Callable[[EpisodeRecord, tuple[Paper, Snippet, int]], None],
+) -> None:
+    """``items`` as one Ray task per snippet (its pending samples); records kept as they come."""
+    from rcb_env.runner.ray_runner import encode_config
+
+    groups: dict[str, list[tuple[Paper, Snippet, int]]] = {}
+    for item in items:
+        groups.setdefault(item[1].id, []).append(item)
+    lookup = {(p.id, s.name, k): (p, s, k) for p, s, k in items}
+    where = pset.benchmark or str(pset.root)
+
+    def on_record(record: EpisodeRecord) -> None:
+        paper_id, _, name = record.snippet_id.partition("/")
+        keep(record, lookup[(paper_id, name, record.sample)])
+
+    def on_failure(paper_id: str, name: str, samples: list[int], why: str) -> None:
+        for k in samples:
+            paper, snippet, _ = lookup[(paper_id, name, k)]
+            error = InfraError(stage="sandbox", type="ray", message=why)
+            record = EpisodeRecord.from_outcome(
+                EpisodeOutcome.failed(error),
+                run_id=run_id,
+                episode_id=f"{snippet.slug[:40]}-s{k}-ray",
+                snippet_id=snippet.id,
+                paper_id=paper.id,
+                sample=k,
+                weight=snippet.weight,
+                task_hash=task_hash(snippet),
+                agent={"name": cfg.agent},
+                config=cfg.model_dump(mode="json", exclude={"agent"}),
+                initial_observation="",
+                steps=[],
+                started_at=time.time(),
+                duration_s=0.0,
+            )
+            keep(record, (paper, snippet, k))
+
+    dispatcher.run(
+        [
+            (
+                members[0][0].id,
+                members[0][1].name,
+                task_hash(members[0][1]),
+                [k for *_, k in members],
+            )
+            for members in groups.values()
+        ],
+        where,
+        encode_config(cfg),
+        run_id,
+        on_record,
+        on_failure,
+    )

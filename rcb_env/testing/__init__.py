@@ -2,6 +2,6 @@
 that needs nothing installed, and a scripted agent. Fakes, not mocks: they behave."""
 
 from rcb_env.testing.fake_sandbox import FakeBackend, FakeSandbox, Injected
-from rcb_env.testing.scripted import ScriptedAgent
+from rcb_env.testing.scripted import ScriptedAgent, SleepThenSubmit
 
-__all__ = ["FakeBackend", "FakeSandbox", "Injected", "ScriptedAgent"]
+__all__ = ["FakeBackend", "FakeSandbox", "Injected", "ScriptedAgent", "SleepThenSubmit"]

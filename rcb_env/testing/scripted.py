@@ -41,3 +41,27 @@ class ScriptedAgent:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "steps": len(self.script)}
+
+
+class SleepThenSubmit:
+    """Runs ``sleep`` in its sandbox for :attr:`seconds`, then submits the masked code (reward
+    0): a slow, harmless episode, built with no arguments (``rcb_env.testing:SleepThenSubmit``),
+    so that a distributed test can act while episodes are in flight."""
+
+    name = "sleep-then-submit"
+    seconds = 3.0
+
+    def start(self, observation: str, info: dict[str, Any], tools: Sequence[ToolSpec]) -> None:
+        self._slept = False
+
+    def act(self, observation: str, info: dict[str, Any]) -> Action | dict[str, Any] | str:
+        if not self._slept:
+            self._slept = True
+            return {"tool": "run_command", "command": f"sleep {self.seconds:g}"}
+        return Submit()
+
+    def end(self, info: dict[str, Any]) -> None:
+        pass
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "seconds": self.seconds}

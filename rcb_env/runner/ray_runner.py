@@ -1,0 +1,188 @@
+"""Episodes on a Ray cluster: the same run, records, resume and failure semantics as a local run.
+
+The unit of work is one group: every pending sample of one snippet (RL needs whole groups; one
+template per group). Each group is a Ray task that needs one unit of the custom resource
+``rcb_sandbox`` (every node declares how many sandboxes it can run at once, so Ray never
+oversubscribes a node), spread over the nodes, and retried by Ray when its node dies
+(``max_retries``). The worker resolves the task set on its node by the driver's folder or
+benchmark name and checks each snippet's content hash, runs the episodes in a sandbox factory
+of its own (closed at the end: no sandbox is left behind), and returns the records; the driver
+streams them back as groups finish (``ray.wait``) and is the only writer of ``episodes.jsonl``,
+so a Ray retry can never write a record twice. Each record names the node that ran it and the
+attempt of its group.
+
+Local mode: ``ray.init(num_cpus=..., resources={"rcb_sandbox": jobs})`` on this machine. Cluster
+mode: ``ray.init(address=...)``; each worker node was started with
+``ray start --address=HEAD --resources='{"rcb_sandbox": N}'`` after ``rcb-env setup`` (or its
+images) on that node.
+
+Needs ``ray`` (``pip install 'rcb-env[ray]'``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from rcb_env.results.records import EpisodeRecord
+from rcb_env.task.models import Pset
+
+RESOURCE = "rcb_sandbox"
+#: Seconds a group may take per sample beyond the episode's own wall budget before the driver's
+#: watchdog cancels it (the worker enforces the episode budgets itself).
+WATCHDOG_MARGIN_S = 300.0
+
+
+@ray.remote(num_cpus=0)
+class _Attempts:
+    """Counts how many times each group started (a group moved off a dead node starts twice)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def bump(self, key: str) -> int:
+        self.counts[key] = self.counts.get(key, 0) + 1
+        return self.counts[key]
+
+
+@functools.lru_cache(maxsize=4)
+def _tasks_on_node(where: str) -> Pset:
+    from rcb_env.task import load
+
+    return load(where)
+
+
+def _run_group(
+    where: str,
+    paper_id: str,
+    snippet_name: str,
+    task_hash: str,
+    samples: list[int],
+    cfg_json: str,
+    run_id: str,
+    attempts: Any,
+) -> list[dict[str, Any]]:
+    """One group on a worker node: the records of its episodes (JSON)."""
+    from rcb_env.runner.eval import EvalConfig, make_agent_factory, run_episode
+    from rcb_env.runner.eval import task_hash as th
+    from rcb_env.sandbox import SandboxFactory
+
+    node = ray.get_runtime_context().get_node_id()
+    attempt = int(ray.get(attempts.bump.remote(f"{paper_id}/{snippet_name}:{samples}")))
+    pset = _tasks_on_node(where)
+    paper = pset.paper(paper_id)
+    snippet = paper.snippet(snippet_name)
+    if th(snippet) != task_hash:
+        raise RuntimeError(
+            f"node {node[:12]} has a different copy of {snippet.id} (content hash differs): "
+            "prepare every node from the same benchmark copy"
+        )
+    cfg = EvalConfig.model_validate_json(cfg_json)
+    only = pset.model_copy(update={"papers": (paper.model_copy(update={"snippets": (snippet,)}),)})
+    new_agent = make_agent_factory(cfg, only)
+    factory = SandboxFactory(cfg.sandbox)
+    out = []
+    try:
+        for sample in samples:
+            record = run_episode(paper, snippet, sample, new_agent(), cfg, factory, run_id)
+            out.append(
+                record.model_copy(update={"node": node, "attempt": attempt}).model_dump(mode="json")
+            )
+    finally:
+        factory.close()
+    return out
+
+
+class RayDispatcher:
+    """Runs groups of (paper, snippet, samples) on Ray and streams the records back."""
+
+    def __init__(
+        self,
+        address: str | None,
+        *,
+        jobs: int = 1,
+        max_retries: int = 3,
+        deadline_s: float | None = None,
+    ) -> None:
+        self.own = False
+        if not ray.is_initialized():
+            if address in (None, "", "local"):
+                ray.init(
+                    num_cpus=max(1, jobs),
+                    resources={RESOURCE: max(1, jobs)},
+                    include_dashboard=False,
+                    log_to_driver=False,
+                )
+            else:
+                ray.init(address=address, log_to_driver=False)
+            self.own = True
+        if not ray.cluster_resources().get(RESOURCE):  # type: ignore[no-untyped-call]
+            raise RuntimeError(
+                f"no node of the Ray cluster declares the {RESOURCE!r} resource: start workers "
+                f"with ray start --resources='{{\"{RESOURCE}\": N}}'"
+            )
+        self.max_retries = max_retries
+        self.deadline_s = deadline_s
+        # The attempt counter lives on the driver's node: a worker node's death must not take it.
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = ray.get_runtime_context().get_node_id()
+        self.attempts = _Attempts.options(  # type: ignore[attr-defined]
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
+        ).remote()
+        self.remote = ray.remote(_run_group).options(
+            num_cpus=0,
+            resources={RESOURCE: 1},
+            scheduling_strategy="SPREAD",
+            max_retries=max_retries,
+            retry_exceptions=False,
+        )
+
+    def run(
+        self,
+        groups: list[tuple[str, str, str, list[int]]],
+        where: str,
+        cfg_json: str,
+        run_id: str,
+        on_record: Callable[[EpisodeRecord], None],
+        on_failure: Callable[[str, str, list[int], str], None],
+    ) -> None:
+        """Run ``groups`` (paper id, snippet name, task hash, samples); every record reaches
+        ``on_record`` as its group finishes; a group that fails for good (its node died more
+        than ``max_retries`` times, the watchdog's deadline passed, the worker raised) reaches
+        ``on_failure`` with why."""
+        pending: dict[Any, tuple[tuple[str, str, str, list[int]], float]] = {}
+        for g in groups:
+            ref = self.remote.remote(where, g[0], g[1], g[2], g[3], cfg_json, run_id, self.attempts)
+            pending[ref] = (g, time.monotonic())
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=5.0)
+            now = time.monotonic()
+            for ref in ready:
+                g, _start = pending.pop(ref)
+                try:
+                    records = ray.get(ref)
+                except Exception as exc:
+                    on_failure(g[0], g[1], g[3], f"{type(exc).__name__}: {str(exc)[:500]}")
+                    continue
+                for data in records:
+                    on_record(EpisodeRecord.model_validate(data))
+            if self.deadline_s is not None:
+                for ref, (g, start) in list(pending.items()):
+                    if now - start > self.deadline_s * max(1, len(g[3])):
+                        ray.cancel(ref, force=True)
+                        pending.pop(ref)
+                        on_failure(g[0], g[1], g[3], "the driver's watchdog deadline passed")
+
+    def close(self) -> None:
+        if self.own:
+            ray.shutdown()
+
+
+def encode_config(cfg: Any) -> str:
+    return json.dumps(cfg.model_dump(mode="json"))

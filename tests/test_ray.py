@@ -1,0 +1,123 @@
+"""Evaluations on Ray: local mode and a two-node cluster on this machine (real Ray processes),
+the driver as the only writer of records, a node lost mid-run. Never `ray stop` (it would kill
+every Ray process on the machine): each test starts its own Ray and shuts it down."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rcb_env import config
+from rcb_env.grading import GradingConfig
+from rcb_env.results import read_records
+from rcb_env.results.records import EpisodeRecord
+from rcb_env.runner import EvalConfig, run_eval
+from rcb_env.sandbox import SandboxConfig
+from rcb_env.task import Pset, bundled_root, load
+
+ray = pytest.importorskip("ray")
+
+pytestmark = pytest.mark.slow
+
+
+def _snippets(n: int) -> Pset:
+    pset = load(bundled_root())
+    paper = pset.paper("adamw-warmup")
+    return pset.model_copy(
+        update={"papers": (paper.model_copy(update={"snippets": paper.snippets[:n]}),)}
+    )
+
+
+def _cfg(agent: str, samples: int = 1) -> EvalConfig:
+    return EvalConfig(
+        agent=agent,
+        samples=samples,
+        sandbox=SandboxConfig(backend="bwrap", python=config.task_python()),
+        grading=GradingConfig(python=config.task_python(), timeout_s=60),
+    )
+
+
+def test_local_mode_streams_every_record_once_with_its_node(
+    tmp_path: Path, require_bwrap: None
+) -> None:
+    seen: list[tuple[float, EpisodeRecord]] = []
+    t0 = time.monotonic()
+    summary = run_eval(
+        _snippets(6), _cfg("oracle", samples=2), tmp_path / "run", jobs=2, ray_address="local",
+        on_episode=lambda r: seen.append((time.monotonic() - t0, r)),
+    )  # fmt: skip
+    assert not ray.is_initialized()  # the run's own Ray was shut down
+    records = read_records(tmp_path / "run" / "episodes.jsonl")
+    assert len(records) == 12
+    assert len({(r.snippet_id, r.sample) for r in records}) == 12
+    assert all(r.node for r in records)
+    assert summary.overall is not None
+    assert summary.overall.scaled == 100.0
+    # streamed: the first group's records were written while later groups still ran
+    assert seen[0][0] < seen[-1][0] - 0.2
+
+
+@pytest.fixture
+def cluster() -> Iterator[tuple[Any, list[Any]]]:
+    """A head without CPUs and two worker nodes with one sandbox slot each (real raylets)."""
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, connect=True, head_node_args={"num_cpus": 0})
+    nodes = [c.add_node(num_cpus=1, resources={"rcb_sandbox": 1}) for _ in range(2)]
+    c.wait_for_nodes()
+    yield c, nodes
+    ray.shutdown()
+    c.shutdown()  # type: ignore[no-untyped-call]
+
+
+def test_two_nodes_share_the_groups_and_a_lost_node_reruns_elsewhere_exactly_once(
+    cluster: tuple[Any, list[Any]], tmp_path: Path, require_bwrap: None
+) -> None:
+    c, nodes = cluster
+    # both nodes take groups
+    run_eval(_snippets(4), _cfg("rcb_env.testing:SleepThenSubmit"), tmp_path / "a",
+             ray_address=c.address)  # fmt: skip
+    first = read_records(tmp_path / "a" / "episodes.jsonl")
+    assert len(first) == 4
+    assert len({r.node for r in first}) == 2
+    # one node removed while its group runs: the group runs again on the other node
+    done: list[EpisodeRecord] = []
+    runner = threading.Thread(
+        target=run_eval,
+        args=(_snippets(4), _cfg("rcb_env.testing:SleepThenSubmit"), tmp_path / "b"),
+        kwargs={"ray_address": c.address, "on_episode": done.append},
+    )
+    runner.start()
+    time.sleep(1.5)  # both nodes are in the middle of their first group
+    c.remove_node(nodes[1])
+    runner.join(timeout=180)
+    assert not runner.is_alive()
+    records = read_records(tmp_path / "b" / "episodes.jsonl")
+    assert [r.infra_error for r in records if r.infra_error] == []
+    assert sorted((r.snippet_id, r.sample) for r in records) == sorted(
+        (s.id, 0) for s in _snippets(4).snippets
+    )
+    assert all(r.status == "completed" for r in records)
+    assert max(r.attempt for r in records) == 2
+
+
+def test_the_eval_command_runs_on_ray(tmp_path: Path, require_bwrap: None) -> None:
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "rcb_env", "eval", "--agent", "oracle", "--paper", "adamw-warmup",
+         "--snippet", "bias correction", "--ray", "local", "--jobs", "2", "--resume", str(run)],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**__import__("os").environ, "RCB_TASK_PYTHON": str(config.task_python())},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    (record,) = read_records(run / "episodes.jsonl")
+    assert (record.passed, record.attempt) == (True, 1)
+    assert record.node
