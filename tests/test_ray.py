@@ -121,3 +121,66 @@ def test_the_eval_command_runs_on_ray(tmp_path: Path, require_bwrap: None) -> No
     (record,) = read_records(run / "episodes.jsonl")
     assert (record.passed, record.attempt) == (True, 1)
     assert record.node
+
+
+def _environ(proc: Any) -> dict[str, str]:
+    try:
+        env: dict[str, str] = proc.environ()
+    except Exception:
+        return {}
+    return env
+
+
+def test_a_killed_driver_resumes_without_losing_or_repeating(
+    tmp_path: Path, require_bwrap: None
+) -> None:
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    import psutil
+
+    run = tmp_path / "run"
+    session = tempfile.mkdtemp(prefix="rcbray-", dir="/tmp")  # short: Ray's socket paths
+    env = {**os.environ, "RCB_TASK_PYTHON": str(config.task_python()), "RCB_RAY_TEMP_DIR": session}
+    argv = [sys.executable, "-m", "rcb_env", "eval", "--agent", "rcb_env.testing:SleepThenSubmit",
+            "--paper", "adamw-warmup", "--ray", "local", "--jobs", "2",
+            "--resume", str(run)]  # fmt: skip
+    try:
+        driver = subprocess.Popen(
+            argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(read_records(run / "episodes.jsonl")) < 2:
+            time.sleep(0.2)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        before = read_records(run / "episodes.jsonl")
+        assert 2 <= len(before) < 10
+        done = subprocess.run(
+            argv, env=env, capture_output=True, text=True, timeout=300, check=False
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+    finally:
+        # What outlives a SIGKILLed local driver (Ray's agents ignore SIGTERM): ours, found by
+        # the session folder in the environment they inherited from our driver.
+        for proc in psutil.process_iter(["pid"]):
+            try:
+                if proc.environ().get("RCB_RAY_TEMP_DIR") == session:
+                    proc.kill()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        leftover = [
+            p.pid
+            for p in psutil.process_iter(["pid"])
+            if _environ(p).get("RCB_RAY_TEMP_DIR") == session and p.status() != "zombie"
+        ]
+        shutil.rmtree(session, ignore_errors=True)
+    assert leftover == []
+    records = read_records(run / "episodes.jsonl")
+    keys = [(r.snippet_id, r.sample) for r in records]
+    assert len(keys) == len(set(keys)) == 10  # nothing repeated, nothing lost
+    assert {r.episode_id for r in before} <= {r.episode_id for r in records}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -112,11 +113,15 @@ class RayDispatcher:
         self.own = False
         if not ray.is_initialized():
             if address in (None, "", "local"):
+                # $RCB_RAY_TEMP_DIR: the local Ray's session folder (its processes name it, so
+                # what outlives a killed driver can be found and stopped by pid)
+                temp = os.environ.get("RCB_RAY_TEMP_DIR") or None
                 ray.init(
                     num_cpus=max(1, jobs),
                     resources={RESOURCE: max(1, jobs)},
                     include_dashboard=False,
                     log_to_driver=False,
+                    _temp_dir=temp,
                 )
             else:
                 ray.init(address=address, log_to_driver=False)
