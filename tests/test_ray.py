@@ -184,3 +184,27 @@ def test_a_killed_driver_resumes_without_losing_or_repeating(
     keys = [(r.snippet_id, r.sample) for r in records]
     assert len(keys) == len(set(keys)) == 10  # nothing repeated, nothing lost
     assert {r.episode_id for r in before} <= {r.episode_id for r in records}
+
+
+def test_an_unprepared_node_is_a_clear_infrastructure_error(
+    tmp_path: Path, require_bwrap: None
+) -> None:
+    import rcb_env
+    from tests.conftest import math_files, write_paper, write_pset
+
+    root = tmp_path / "pset"
+    write_pset(root, [write_paper(root, "maths", math_files())])
+    (root / "maths" / "rcb-env.yaml").write_text(  # an asset this machine never fetched
+        f"assets:\n  - url: http://127.0.0.1:9/x\n    sha256: '{'0' * 64}'\n    path: x\n"
+    )
+    pset = rcb_env.load(root)
+    summary = run_eval(pset, _cfg("oracle"), tmp_path / "run", ray_address="local",
+                       only_ready=False, infra_retries=0)  # fmt: skip
+    records = read_records(tmp_path / "run" / "episodes.jsonl")
+    assert len(records) == 3
+    assert all(r.status == "infra_error" and r.infra_error is not None for r in records)
+    assert "is not prepared for maths" in (
+        records[0].infra_error.message if records[0].infra_error else ""
+    )
+    assert summary.overall is None  # never scored as 0
+    assert summary.infra_errors == 3

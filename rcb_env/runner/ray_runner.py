@@ -84,6 +84,15 @@ def _run_group(
             "prepare every node from the same benchmark copy"
         )
     cfg = EvalConfig.model_validate_json(cfg_json)
+    from rcb_env import envs
+    from rcb_env.runner.eval import _brings_interpreter
+
+    ready = envs.availability(paper, interpreter_given=_brings_interpreter(cfg))
+    if ready.status != "ready":
+        raise RuntimeError(
+            f"node {node[:12]} is not prepared for {paper.id}: {ready.reason} (run `rcb-env "
+            "setup` there, or pull the images, before it joins)"
+        )
     only = pset.model_copy(update={"papers": (paper.model_copy(update={"snippets": (snippet,)}),)})
     new_agent = make_agent_factory(cfg, only)
     factory = SandboxFactory(cfg.sandbox)
