@@ -208,3 +208,54 @@ def test_an_unprepared_node_is_a_clear_infrastructure_error(
     )
     assert summary.overall is None  # never scored as 0
     assert summary.infra_errors == 3
+
+
+def test_rollout_groups_on_ray_stream_back_complete_groups(
+    tmp_path: Path, require_bwrap: None
+) -> None:
+    from rcb_agents.policy import OpenAIPolicy
+    from rcb_agents.testing import Reply, ScriptedModelServer
+
+    from rcb_env.rl import RolloutConfig
+    from rcb_env.rl.ray_groups import rollout_groups
+
+    pset = load(bundled_root())
+    snippets = pset.paper("adamw-warmup").snippets[:2]
+    script = [
+        Reply(
+            tool_calls=(
+                (
+                    "replace_in_file",
+                    {"path": s.file, "old": s.todo_body(), "new": s.reference_body},
+                ),
+                ("submit", {}),
+            )
+        )
+        for s in snippets
+        for _ in range(2)
+    ]
+    # one reply per sample, each for its own snippet: the server answers in arrival order, so
+    # run the groups one at a time (one sandbox slot)
+    ray.init(num_cpus=1, resources={"rcb_sandbox": 1}, include_dashboard=False)
+    try:
+        with ScriptedModelServer(script, tokens="append") as server:
+            url = server.openai_url
+            arrived: list[tuple[str, str]] = []
+            groups = rollout_groups(
+                str(bundled_root()),
+                [s.id for s in snippets],
+                lambda: OpenAIPolicy("m", base_url=url),
+                2,
+                config=RolloutConfig(grading=GradingConfig(python=config.task_python())),
+                sandbox=SandboxConfig(backend="bwrap", python=config.task_python()),
+                on_group=lambda g, node: arrived.append((g.task_id, node)),
+            )
+    finally:
+        ray.shutdown()
+    assert sorted(g.task_id for g in groups) == sorted(s.id for s in snippets)
+    assert len(arrived) == 2
+    assert all(node for _t, node in arrived)
+    for g in groups:
+        assert g.complete
+        assert [t.reward for t in g.trajectories] == [float(g.trajectories[0].weight)] * 2
+        assert all(t.tokens == "full" for t in g.trajectories)
