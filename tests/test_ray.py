@@ -259,3 +259,34 @@ def test_rollout_groups_on_ray_stream_back_complete_groups(
         assert g.complete
         assert [t.reward for t in g.trajectories] == [float(g.trajectories[0].weight)] * 2
         assert all(t.tokens == "full" for t in g.trajectories)
+
+
+def test_the_hacks_suite_and_the_leak_audit_through_ray_match_a_local_run(
+    tmp_path: Path, require_bwrap: None
+) -> None:
+    import json as json_
+
+    from click.testing import CliRunner
+
+    from rcb_env.cli import cli
+    from rcb_env.validation.audit import canary_root
+
+    runner = CliRunner()
+    hacks = runner.invoke(cli, ["hacks", "--sandbox", "bwrap", "--timeout", "5", "--ray", "local"])
+    assert hacks.exit_code == 0, hacks.output
+    from rcb_env.validation.hacks import ATTACKS
+
+    assert f"{len(ATTACKS)} of {len(ATTACKS)} attacks scored 0" in hacks.output
+    assert "host unchanged" in hacks.output
+    found = {}
+    for how in ([], ["--ray", "local"]):
+        out = tmp_path / f"audit{len(how)}.json"
+        result = runner.invoke(
+            cli, ["audit", "--pset", str(canary_root()), "--no-control", "--json", str(out), *how]
+        )
+        assert result.exit_code == 1, result.output  # the canary's seeded leak
+        found[len(how)] = sorted(
+            (f["snippet_id"], f["path"], f["line"]) for f in json_.loads(out.read_text())
+        )
+    assert found[0] == found[2]
+    assert found[0]

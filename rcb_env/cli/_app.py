@@ -132,6 +132,12 @@ pset_option = click.option(
     "Repeatable: several benchmarks as one selection, each with its own denominators. "
     "Default: the bundled tasks.",
 )
+ray_option = click.option(
+    "--ray",
+    "ray_address",
+    help="On Ray: 'local' (a Ray instance here) or a cluster's address whose nodes declare the "
+    "rcb_sandbox resource. Needs rcb-env[ray].",
+)
 paper_option = click.option(
     "--paper", "papers", multiple=True, help="Only this paper (repeatable)."
 )

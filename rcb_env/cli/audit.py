@@ -21,6 +21,7 @@ from rcb_env.cli._app import (
     out,
     paper_option,
     pset_option,
+    ray_option,
     sandbox_option,
 )
 from rcb_env.sandbox import BackendName, SandboxFactory
@@ -32,6 +33,7 @@ from rcb_env.sandbox import BackendName, SandboxFactory
 @sandbox_option
 @base_option
 @cgroup_option
+@ray_option
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
     "--control/--no-control",
@@ -46,6 +48,7 @@ def audit_cmd(
     base: str | None,
     json_path: Path | None,
     control: bool | None,
+    ray_address: str | None,
 ) -> None:
     """Search everything an agent can read for each snippet's answer.
 
@@ -56,16 +59,26 @@ def audit_cmd(
 
     loaded = _load(pset, papers)
     _print_failures(loaded)
-    factory = SandboxFactory(_sandbox_config(sandbox, base, cgroup_limits=cgroup_limits))
+    sandbox_cfg = _sandbox_config(sandbox, base, cgroup_limits=cgroup_limits)
+    factory = SandboxFactory(sandbox_cfg)
     controlled: list[leak_audit.Finding] | None = None
     try:
-        with _progress("auditing") as progress:
-            bar = progress.add_task("", total=len(loaded.snippets))
-            findings = leak_audit.audit(
-                loaded,
-                factory,
-                on_done=lambda sid: progress.update(bar, advance=1, description=sid),
-            )
+        if ray_address is not None:
+            from rcb_env.runner import ray_runner
+
+            own = ray_runner.connect(ray_address)
+            try:
+                findings = ray_runner.audit_on_ray(loaded, sandbox_cfg)
+            finally:
+                ray_runner.disconnect(own)
+        else:
+            with _progress("auditing") as progress:
+                bar = progress.add_task("", total=len(loaded.snippets))
+                findings = leak_audit.audit(
+                    loaded,
+                    factory,
+                    on_done=lambda sid: progress.update(bar, advance=1, description=sid),
+                )
         if control is not False:
             controlled = leak_audit.control(factory)
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 from rich.table import Table
@@ -15,6 +16,7 @@ from rcb_env.cli._app import (
     cgroup_option,
     cli,
     out,
+    ray_option,
     sandbox_option,
 )
 from rcb_env.grading.grader import Grader, GradingConfig
@@ -27,8 +29,13 @@ from rcb_env.task import loader
 @base_option
 @cgroup_option
 @click.option("--timeout", type=float, default=20.0, show_default=True)
+@ray_option
 def hacks_cmd(
-    sandbox: BackendName, base: str | None, cgroup_limits: str | None, timeout: float
+    sandbox: BackendName,
+    base: str | None,
+    cgroup_limits: str | None,
+    timeout: float,
+    ray_address: str | None,
 ) -> None:
     """Grade the reward-hack suite on this backend: every attack must score 0, the host must be
     unchanged and the reference must still pass afterwards (exit 1 if not)."""
@@ -36,11 +43,15 @@ def hacks_cmd(
 
     paper = loader.load(loader.bundled_root()).paper(TARGET[0])
     snippet = paper.snippet(TARGET[1])
-    factory = SandboxFactory(_sandbox_config(sandbox, base, cgroup_limits=cgroup_limits))
+    sandbox_cfg = _sandbox_config(sandbox, base, cgroup_limits=cgroup_limits)
+    factory = SandboxFactory(sandbox_cfg)
     try:
         grader = Grader(GradingConfig(timeout_s=timeout), executor=factory.grading_executor(paper))
         before = host_state(factory)
-        results = run_hacks(paper, snippet, grader)
+        if ray_address is not None:
+            results = _hacks_on_ray(ray_address, paper, snippet, sandbox_cfg, timeout)
+        else:
+            results = run_hacks(paper, snippet, grader)
         left = leftovers(before, factory)
         # the next episode is clean: the honest answer still passes, in a fresh sandbox
         after = grader.grade(paper, snippet, snippet.reference_body)
@@ -76,3 +87,36 @@ def hacks_cmd(
     else:
         out.print(f"[red]next episode broken[/red]: {after.detail}", highlight=False)
     sys.exit(EXIT_FINDINGS if beaten or left or not after.passed else EXIT_OK)
+
+
+def _hacks_on_ray(
+    address: str, paper: Any, snippet: Any, sandbox_cfg: Any, timeout: float
+) -> list[Any]:
+    """Every attack graded as a Ray task (the same verdicts as a local run)."""
+    from rcb_env.runner import ray_runner
+    from rcb_env.task import loader as task_loader
+    from rcb_env.validation.hacks import ATTACKS, HackResult
+
+    own = ray_runner.connect(address)
+    try:
+        graded = ray_runner.grade_on_ray(
+            str(task_loader.bundled_root()),
+            paper.id,
+            snippet.name,
+            list(ATTACKS.values()),
+            sandbox_cfg,
+            GradingConfig(timeout_s=timeout),
+        )
+    finally:
+        ray_runner.disconnect(own)
+    return [
+        HackResult(
+            attack=name,
+            passed=r.passed,
+            excluded=r.is_infra_error,
+            official_pass=r.official_pass,
+            kind=r.kind.value,
+            detail=r.detail[:60],
+        )
+        for name, r in zip(ATTACKS, graded, strict=True)
+    ]

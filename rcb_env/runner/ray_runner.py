@@ -108,6 +108,117 @@ def _run_group(
     return out
 
 
+def connect(address: str | None, jobs: int = 1) -> bool:
+    """Join the Ray cluster at ``address``, or start a local Ray with ``jobs`` sandbox slots
+    (``None``/``local``); nothing when this process is connected already. Returns whether this
+    call started the connection (then the caller shuts it down).
+
+    Raises:
+        RuntimeError: no node declares the ``rcb_sandbox`` resource.
+    """
+    own = False
+    if not ray.is_initialized():
+        if address in (None, "", "local"):
+            # $RCB_RAY_TEMP_DIR: the local Ray's session folder (its processes inherit it, so
+            # what outlives a killed driver can be found and stopped by pid)
+            temp = os.environ.get("RCB_RAY_TEMP_DIR") or None
+            ray.init(
+                num_cpus=max(1, jobs),
+                resources={RESOURCE: max(1, jobs)},
+                include_dashboard=False,
+                log_to_driver=False,
+                _temp_dir=temp,
+            )
+        else:
+            ray.init(address=address, log_to_driver=False)
+        own = True
+    if not ray.cluster_resources().get(RESOURCE):  # type: ignore[no-untyped-call]
+        if own:
+            ray.shutdown()
+        raise RuntimeError(
+            f"no node of the Ray cluster declares the {RESOURCE!r} resource: start workers "
+            f"with ray start --resources='{{\"{RESOURCE}\": N}}'"
+        )
+    return own
+
+
+def _on_nodes(
+    fn: Callable[..., Any], calls: list[tuple[Any, ...]], max_retries: int = 3
+) -> list[Any]:
+    """``fn(*args)`` for each of ``calls`` as Ray tasks on the sandbox slots (results in order)."""
+    remote = ray.remote(fn).options(
+        num_cpus=0,
+        resources={RESOURCE: 1},
+        scheduling_strategy="SPREAD",
+        max_retries=max_retries,
+        retry_exceptions=False,
+    )
+    return list(ray.get([remote.remote(*args) for args in calls]))
+
+
+def _audit_paper(where: str, paper_id: str, sandbox_json: str) -> list[dict[str, Any]]:
+    from rcb_env.sandbox import SandboxConfig, SandboxFactory
+    from rcb_env.validation.audit import audit
+
+    pset = _tasks_on_node(where)
+    one = pset.model_copy(update={"papers": (pset.paper(paper_id),), "failures": ()})
+    factory = SandboxFactory(SandboxConfig.model_validate_json(sandbox_json))
+    try:
+        return [f.model_dump(mode="json") for f in audit(one, factory)]
+    finally:
+        factory.close()
+
+
+def audit_on_ray(pset: Pset, sandbox: Any) -> list[Any]:
+    """The leak audit with one Ray task per paper (connect first): the same findings as a local
+    audit, found on the nodes that run the episodes."""
+    from rcb_env.validation.audit import Finding
+
+    where = pset.benchmark or str(pset.root)
+    calls = [(where, p.id, sandbox.model_dump_json()) for p in pset.papers if p.snippets]
+    return [Finding.model_validate(f) for found in _on_nodes(_audit_paper, calls) for f in found]
+
+
+def _grade_on_node(
+    where: str, paper_id: str, snippet_name: str, body: str, sandbox_json: str, grading_json: str
+) -> dict[str, Any]:
+    from rcb_env.grading.grader import Grader, GradingConfig
+    from rcb_env.sandbox import SandboxConfig, SandboxFactory
+
+    paper = _tasks_on_node(where).paper(paper_id)
+    snippet = paper.snippet(snippet_name)
+    factory = SandboxFactory(SandboxConfig.model_validate_json(sandbox_json))
+    try:
+        grader = Grader(
+            GradingConfig.model_validate_json(grading_json),
+            executor=factory.grading_executor(paper),
+        )
+        result = grader.grade(paper, snippet, body)
+    finally:
+        factory.close()
+    data: dict[str, Any] = result.model_dump(mode="json")
+    return data
+
+
+def grade_on_ray(
+    where: str, paper_id: str, snippet_name: str, bodies: list[str], sandbox: Any, grading: Any
+) -> list[Any]:
+    """Each body graded as a Ray task (connect first): the reward-hack suite on the nodes."""
+    from rcb_env.grading.models import GradeResult
+
+    calls = [
+        (where, paper_id, snippet_name, b, sandbox.model_dump_json(), grading.model_dump_json())
+        for b in bodies
+    ]
+    return [GradeResult.model_validate(r) for r in _on_nodes(_grade_on_node, calls)]
+
+
+def disconnect(own: bool) -> None:
+    """Undo :func:`connect` (only what it started)."""
+    if own:
+        ray.shutdown()
+
+
 class RayDispatcher:
     """Runs groups of (paper, snippet, samples) on Ray and streams the records back."""
 
@@ -119,27 +230,7 @@ class RayDispatcher:
         max_retries: int = 3,
         deadline_s: float | None = None,
     ) -> None:
-        self.own = False
-        if not ray.is_initialized():
-            if address in (None, "", "local"):
-                # $RCB_RAY_TEMP_DIR: the local Ray's session folder (its processes name it, so
-                # what outlives a killed driver can be found and stopped by pid)
-                temp = os.environ.get("RCB_RAY_TEMP_DIR") or None
-                ray.init(
-                    num_cpus=max(1, jobs),
-                    resources={RESOURCE: max(1, jobs)},
-                    include_dashboard=False,
-                    log_to_driver=False,
-                    _temp_dir=temp,
-                )
-            else:
-                ray.init(address=address, log_to_driver=False)
-            self.own = True
-        if not ray.cluster_resources().get(RESOURCE):  # type: ignore[no-untyped-call]
-            raise RuntimeError(
-                f"no node of the Ray cluster declares the {RESOURCE!r} resource: start workers "
-                f"with ray start --resources='{{\"{RESOURCE}\": N}}'"
-            )
+        self.own = connect(address, jobs)
         self.max_retries = max_retries
         self.deadline_s = deadline_s
         # The attempt counter lives on the driver's node: a worker node's death must not take it.
