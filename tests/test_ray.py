@@ -290,3 +290,31 @@ def test_the_hacks_suite_and_the_leak_audit_through_ray_match_a_local_run(
         )
     assert found[0] == found[2]
     assert found[0]
+
+
+def test_a_node_without_the_tasks_receives_them_through_the_object_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from rcb_env.runner.eval import task_hash
+    from rcb_env.runner.ray_runner import ship_tasks, tasks_here
+
+    monkeypatch.setenv("RCB_ENV_HOME", str(tmp_path / "home"))
+    root = tmp_path / "tasks"
+    shutil.copytree(bundled_root(), root)
+    pset = load(root)
+    ray.init(num_cpus=1, include_dashboard=False)
+    try:
+        tree = ship_tasks(pset)
+        assert tree is not None
+        shutil.rmtree(root)  # this "node" no longer has the folder the driver names
+        here = ray.get(ray.remote(tasks_here).remote(str(root), [tree]))
+    finally:
+        ray.shutdown()
+    assert here != str(root)
+    assert Path(here).is_relative_to(tmp_path / "home" / "ray-tasks")
+    received = load(here)
+    assert {s.id: task_hash(s) for s in received.snippets} == {
+        s.id: task_hash(s) for s in pset.snippets
+    }

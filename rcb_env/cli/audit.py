@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -66,7 +67,7 @@ def audit_cmd(
         if ray_address is not None:
             from rcb_env.runner import ray_runner
 
-            own = ray_runner.connect(ray_address)
+            own = ray_runner.connect(ray_address, jobs=os.cpu_count() or 1)
             try:
                 findings = ray_runner.audit_on_ray(loaded, sandbox_cfg)
             finally:

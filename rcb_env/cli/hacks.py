@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -97,7 +98,7 @@ def _hacks_on_ray(
     from rcb_env.task import loader as task_loader
     from rcb_env.validation.hacks import ATTACKS, HackResult
 
-    own = ray_runner.connect(address)
+    own = ray_runner.connect(address, jobs=os.cpu_count() or 1)  # local: a slot per core
     try:
         graded = ray_runner.grade_on_ray(
             str(task_loader.bundled_root()),

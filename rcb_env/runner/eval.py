@@ -431,13 +431,24 @@ def _run_on_ray(
     keep: Callable[[EpisodeRecord, tuple[Paper, Snippet, int]], None],
 ) -> None:
     """``items`` as one Ray task per snippet (its pending samples); records kept as they come."""
-    from rcb_env.runner.ray_runner import encode_config
+    from rcb_env.catalog import BENCHMARKS as BENCHMARK_NAMES
+    from rcb_env.runner.ray_runner import encode_config, ship_tasks
 
     groups: dict[str, list[tuple[Paper, Snippet, int]]] = {}
     for item in items:
         groups.setdefault(item[1].id, []).append(item)
     lookup = {(p.id, s.name, k): (p, s, k) for p, s, k in items}
-    where = pset.benchmark or str(pset.root)
+    # Where each paper's tasks are (a combined run has several benchmarks), and their trees for
+    # nodes that lack them.
+    parts = [(part.name, part.root, set(part.papers)) for part in pset.parts] or [
+        (pset.benchmark or str(pset.root), pset.root, {p.id for p in pset.papers})
+    ]
+    located: dict[str, tuple[str, Any]] = {}
+    for name, root, papers in parts:
+        known = name if name in BENCHMARK_NAMES else str(root)
+        tree = ship_tasks(pset.model_copy(update={"root": root}))
+        for paper_id in papers:
+            located[paper_id] = (known, [tree] if tree is not None else None)
 
     def on_record(record: EpisodeRecord) -> None:
         paper_id, _, name = record.snippet_id.partition("/")
@@ -468,6 +479,7 @@ def _run_on_ray(
     dispatcher.run(
         [
             (
+                *located[members[0][0].id],
                 members[0][0].id,
                 members[0][1].name,
                 task_hash(members[0][1]),
@@ -475,7 +487,6 @@ def _run_on_ray(
             )
             for members in groups.values()
         ],
-        where,
         encode_config(cfg),
         run_id,
         on_record,

@@ -26,6 +26,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -58,8 +59,73 @@ def _tasks_on_node(where: str) -> Pset:
     return load(where)
 
 
+#: Task trees larger than this are not shipped through the object store (prepare the node).
+SHIP_LIMIT = 512 * 2**20
+
+
+def ship_tasks(pset: Pset) -> Any:
+    """The task tree as a tar archive in Ray's object store, for nodes that lack it (None when
+    it is too large: those nodes must be prepared with ``rcb-env get``). Pass it to tasks inside
+    a list (``[ref]``) so that Ray does not resolve it for every task."""
+    import io
+    import tarfile
+
+    size = sum(p.stat().st_size for p in pset.root.rglob("*") if p.is_file())
+    if size > SHIP_LIMIT:
+        return None
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(str(pset.root), arcname=".")
+    return ray.put(buf.getvalue())
+
+
+def tasks_here(where: str, tree: Any) -> str:
+    """Where this node finds the tasks ``where`` names: as named when this node has them, else
+    unpacked from the driver's archive (``tree``): a named benchmark into its usual place (so
+    that its overlay applies), a folder into a cache of this node, keyed by content.
+
+    Raises:
+        RuntimeError: the node lacks the tasks and nothing was shipped.
+    """
+    import hashlib
+    import io
+    import tarfile
+
+    from rcb_env import catalog, config
+    from rcb_env.errors import TaskLoadError
+
+    try:
+        _tasks_on_node(where)
+        return where
+    except (TaskLoadError, OSError):
+        if tree is None:
+            raise RuntimeError(
+                f"this node has no copy of {where} and it was too large to ship: run "
+                "`rcb-env get` on the node"
+            ) from None
+    # Passed inside a list, the reference reaches the worker unresolved: only a node that lacks
+    # the tasks fetches the archive.
+    if isinstance(tree, list):
+        tree = tree[0]
+    data: bytes = tree if isinstance(tree, bytes) else ray.get(tree)
+    known = catalog.BENCHMARKS.get(where.lower())
+    if known is not None:
+        dest = known.local_path()
+    else:
+        digest = hashlib.sha256(data).hexdigest()[:16]
+        dest = config.rcb_home() / "ray-tasks" / digest / Path(where).name
+    if not dest.exists():
+        staging = dest.with_name(dest.name + ".partial")
+        staging.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            tar.extractall(staging, filter="data")
+        staging.rename(dest)
+    return where if known is not None else str(dest)
+
+
 def _run_group(
     where: str,
+    tree: Any,
     paper_id: str,
     snippet_name: str,
     task_hash: str,
@@ -75,7 +141,7 @@ def _run_group(
 
     node = ray.get_runtime_context().get_node_id()
     attempt = int(ray.get(attempts.bump.remote(f"{paper_id}/{snippet_name}:{samples}")))
-    pset = _tasks_on_node(where)
+    pset = _tasks_on_node(tasks_here(where, tree))
     paper = pset.paper(paper_id)
     snippet = paper.snippet(snippet_name)
     if th(snippet) != task_hash:
@@ -250,20 +316,19 @@ class RayDispatcher:
 
     def run(
         self,
-        groups: list[tuple[str, str, str, list[int]]],
-        where: str,
+        groups: list[tuple[str, Any, str, str, str, list[int]]],
         cfg_json: str,
         run_id: str,
         on_record: Callable[[EpisodeRecord], None],
         on_failure: Callable[[str, str, list[int], str], None],
     ) -> None:
-        """Run ``groups`` (paper id, snippet name, task hash, samples); every record reaches
-        ``on_record`` as its group finishes; a group that fails for good (its node died more
-        than ``max_retries`` times, the watchdog's deadline passed, the worker raised) reaches
-        ``on_failure`` with why."""
-        pending: dict[Any, tuple[tuple[str, str, str, list[int]], float]] = {}
+        """Run ``groups`` (where the tasks are, the shipped tree or None, paper id, snippet name,
+        task hash, samples); every record reaches ``on_record`` as its group finishes; a group
+        that fails for good (its node died more than ``max_retries`` times, the watchdog's
+        deadline passed, the worker raised) reaches ``on_failure`` with why."""
+        pending: dict[Any, tuple[tuple[str, Any, str, str, str, list[int]], float]] = {}
         for g in groups:
-            ref = self.remote.remote(where, g[0], g[1], g[2], g[3], cfg_json, run_id, self.attempts)
+            ref = self.remote.remote(*g, cfg_json, run_id, self.attempts)
             pending[ref] = (g, time.monotonic())
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=5.0)
@@ -273,16 +338,16 @@ class RayDispatcher:
                 try:
                     records = ray.get(ref)
                 except Exception as exc:
-                    on_failure(g[0], g[1], g[3], f"{type(exc).__name__}: {str(exc)[:500]}")
+                    on_failure(g[2], g[3], g[5], f"{type(exc).__name__}: {str(exc)[:500]}")
                     continue
                 for data in records:
                     on_record(EpisodeRecord.model_validate(data))
             if self.deadline_s is not None:
                 for ref, (g, start) in list(pending.items()):
-                    if now - start > self.deadline_s * max(1, len(g[3])):
+                    if now - start > self.deadline_s * max(1, len(g[5])):
                         ray.cancel(ref, force=True)
                         pending.pop(ref)
-                        on_failure(g[0], g[1], g[3], "the driver's watchdog deadline passed")
+                        on_failure(g[2], g[3], g[5], "the driver's watchdog deadline passed")
 
     def close(self) -> None:
         if self.own:
