@@ -18,6 +18,11 @@ if TYPE_CHECKING:
     from rcb_env.task.models import Pset
 
 
+#: The Ray actor that holds the model endpoints' concurrency caps of a run on a Ray cluster
+#: (created by :mod:`rcb_env.runner.ray_runner`, used by the model clients of every worker).
+MODEL_CAP_ACTOR = "rcb-env-model-cap"
+
+
 @runtime_checkable
 class Agent(Protocol):
     """Observation in, action out. ``act`` may return a typed action, a dict, or a JSON string

@@ -318,3 +318,34 @@ def test_a_node_without_the_tasks_receives_them_through_the_object_store(
     assert {s.id: task_hash(s) for s in received.snippets} == {
         s.id: task_hash(s) for s in pset.snippets
     }
+
+
+def test_the_model_concurrency_cap_holds_across_the_cluster(
+    tmp_path: Path, require_bwrap: None
+) -> None:
+    from rcb_agents.models import ModelConfig, RetryPolicy
+    from rcb_agents.testing import Fault, Reply, ScriptedModelServer
+
+    # two episodes in two worker processes at once, each making one slow model call; the cap
+    # is 1 per endpoint: the server must never see two requests in flight
+    script: list[Reply | Fault] = []
+    for _ in range(2):
+        script += [Fault(delay_s=1.0), Reply(tool_calls=(("submit", {}),))]
+    with ScriptedModelServer(script) as server:
+        cfg = EvalConfig(
+            agent="tools",
+            model=ModelConfig(
+                spec="openai:gpt-4.1",
+                base_url=server.openai_url,
+                concurrency=1,
+                retry=RetryPolicy(attempts=1, scale=0),
+            ),
+            sandbox=SandboxConfig(backend="bwrap", python=config.task_python()),
+            grading=GradingConfig(python=config.task_python(), timeout_s=60),
+        )
+        run_eval(_snippets(2), cfg, tmp_path / "run", jobs=2, ray_address="local")
+        assert len(server.requests) == 2
+        assert server.max_in_flight == 1
+    records = read_records(tmp_path / "run" / "episodes.jsonl")
+    assert [r.status for r in records] == ["completed", "completed"]
+    assert len({r.node for r in records}) == 1  # one node, two worker processes

@@ -52,6 +52,44 @@ class _Attempts:
         return self.counts[key]
 
 
+@ray.remote(num_cpus=0)
+class _ModelCaps:
+    """The model endpoints' concurrency caps for the whole cluster (an async actor: a waiting
+    acquire does not block the others)."""
+
+    def __init__(self) -> None:
+        import asyncio
+
+        self.sems: dict[str, asyncio.Semaphore] = {}
+
+    async def acquire(self, key: str, size: int) -> None:
+        import asyncio
+
+        sem = self.sems.setdefault(key, asyncio.Semaphore(max(1, size)))
+        await sem.acquire()
+
+    async def release(self, key: str) -> None:
+        self.sems[key].release()
+
+
+def model_caps() -> Any:
+    """The cluster's model-cap actor (created on this, the driver's, node on first use): the
+    model clients of every worker find it by name and take their per-endpoint slots there."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from rcb_env.agent import MODEL_CAP_ACTOR as CLUSTER_CAP
+
+    try:
+        return ray.get_actor(CLUSTER_CAP)
+    except ValueError:
+        here = ray.get_runtime_context().get_node_id()
+        return _ModelCaps.options(  # type: ignore[attr-defined]
+            name=CLUSTER_CAP,
+            get_if_exists=True,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
+        ).remote()
+
+
 @functools.lru_cache(maxsize=4)
 def _tasks_on_node(where: str) -> Pset:
     from rcb_env.task import load
@@ -297,6 +335,7 @@ class RayDispatcher:
         deadline_s: float | None = None,
     ) -> None:
         self.own = connect(address, jobs)
+        self.caps = model_caps()  # the per-endpoint model caps hold across the cluster
         self.max_retries = max_retries
         self.deadline_s = deadline_s
         # The attempt counter lives on the driver's node: a worker node's death must not take it.

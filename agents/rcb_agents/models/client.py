@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import sys
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -24,14 +25,41 @@ from rcb_agents.models.errors import ProviderError
 from rcb_agents.models.pricing import Price, cost, load_prices
 from rcb_agents.models.retry import RetryPolicy, call_with_retries
 from rcb_agents.models.types import Completion, ModelCall, Turn, Usage
+from rcb_env.agent import MODEL_CAP_ACTOR as CLUSTER_CAP
 from rcb_env.tools.actions import ToolSpec
 
 _caps: dict[tuple[str, str], threading.BoundedSemaphore] = {}
 _caps_lock = threading.Lock()
 
 
-def _cap(key: tuple[str, str], size: int) -> threading.BoundedSemaphore:
-    """One semaphore per (provider, endpoint) for the whole process: all workers share it."""
+class _ClusterCap:
+    """A per-endpoint cap held by one Ray actor for every worker of the cluster."""
+
+    def __init__(self, actor: Any, key: str, size: int) -> None:
+        self.actor, self.key, self.size = actor, key, size
+
+    def __enter__(self) -> None:
+        import ray
+
+        ray.get(self.actor.acquire.remote(self.key, self.size))
+
+    def __exit__(self, *exc: object) -> None:
+        import ray
+
+        ray.get(self.actor.release.remote(self.key))
+
+
+def _cap(key: tuple[str, str], size: int) -> Any:
+    """One semaphore per (provider, endpoint): for the whole process (all workers share it), or,
+    in a run on a Ray cluster, for the whole cluster (its actor; see :data:`CLUSTER_CAP`)."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        try:
+            actor = ray.get_actor(CLUSTER_CAP)
+        except ValueError:
+            actor = None
+        if actor is not None:
+            return _ClusterCap(actor, "\n".join(key), size)
     with _caps_lock:
         if key not in _caps:
             _caps[key] = threading.BoundedSemaphore(size)
