@@ -349,3 +349,30 @@ def test_the_model_concurrency_cap_holds_across_the_cluster(
     records = read_records(tmp_path / "run" / "episodes.jsonl")
     assert [r.status for r in records] == ["completed", "completed"]
     assert len({r.node for r in records}) == 1  # one node, two worker processes
+
+
+def test_the_drivers_watchdog_cancels_a_group_past_its_deadline(require_bwrap: None) -> None:
+    from rcb_env.runner.eval import task_hash
+    from rcb_env.runner.ray_runner import RayDispatcher, encode_config
+
+    pset = _snippets(1)
+    snippet = pset.snippets[0]
+    failures: list[tuple[str, str, list[int], str]] = []
+    records: list[EpisodeRecord] = []
+    dispatcher = RayDispatcher("local", jobs=1, deadline_s=1.0)  # the episode sleeps 3 s
+    try:
+        t0 = time.monotonic()
+        dispatcher.run(
+            [(str(bundled_root()), None, "adamw-warmup", snippet.name, task_hash(snippet), [0])],
+            encode_config(_cfg("rcb_env.testing:SleepThenSubmit")),
+            "watchdog",
+            records.append,
+            lambda *a: failures.append(a),
+        )
+        took = time.monotonic() - t0
+    finally:
+        dispatcher.close()
+    assert records == []
+    assert [(f[0], f[1], f[2]) for f in failures] == [("adamw-warmup", snippet.name, [0])]
+    assert "watchdog" in failures[0][3]
+    assert took < 10

@@ -377,9 +377,11 @@ def run_eval(
     dispatcher: Any = None
     factory: SandboxFactory | None = None
     if ray_address is not None:
-        from rcb_env.runner.ray_runner import RayDispatcher
+        from rcb_env.runner.ray_runner import WATCHDOG_MARGIN_S, RayDispatcher
 
-        dispatcher = RayDispatcher(ray_address, jobs=jobs)
+        # The driver's watchdog: a sample may take its wall budget, its grading and a margin.
+        per_sample = (cfg.budgets.max_wall_s or 1800.0) + cfg.grading.timeout_s + WATCHDOG_MARGIN_S
+        dispatcher = RayDispatcher(ray_address, jobs=jobs, deadline_s=per_sample)
     else:
         new_agent = make_agent or make_agent_factory(cfg, pset)
         factory = SandboxFactory(cfg.sandbox)

@@ -370,7 +370,14 @@ class RayDispatcher:
             ref = self.remote.remote(*g, cfg_json, run_id, self.attempts)
             pending[ref] = (g, time.monotonic())
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=5.0)
+            wait = 5.0
+            if self.deadline_s is not None:  # wake up in time for the earliest deadline
+                now = time.monotonic()
+                wait = min(
+                    wait,
+                    *(self.deadline_s * max(1, len(g[5])) - (now - t) for g, t in pending.values()),
+                )
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.05, wait))
             now = time.monotonic()
             for ref in ready:
                 g, _start = pending.pop(ref)
