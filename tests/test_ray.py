@@ -376,3 +376,77 @@ def test_the_drivers_watchdog_cancels_a_group_past_its_deadline(require_bwrap: N
     assert [(f[0], f[1], f[2]) for f in failures] == [("adamw-warmup", snippet.name, [0])]
     assert "watchdog" in failures[0][3]
     assert took < 10
+
+
+def test_two_nodes_from_ray_start_processes(tmp_path: Path, require_bwrap: None) -> None:
+    """The documented setup with real `ray start` processes on this machine (a head and a worker
+    node, one sandbox slot each), stopped by their pids."""
+    import os
+    import shutil
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    session = tempfile.mkdtemp(prefix="rcbrs-", dir="/tmp")
+    env = {**os.environ, "RCB_RAY_TEMP_DIR": session, "RAY_AUTH_MODE": "disabled"}
+    common = ["--block", "--disable-usage-stats"]
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*args: str) -> None:
+        started.append(
+            subprocess.Popen(
+                [ray_cli, "start", *args, *common],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
+
+    try:
+        start(
+            "--head",
+            f"--port={port}",
+            "--num-cpus=1",
+            '--resources={"rcb_sandbox": 1}',
+            f"--temp-dir={session}",
+            "--include-dashboard=false",
+        )
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:  # the head answers on its port (8-10 s here)
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.5)
+        time.sleep(2)
+        start(f"--address=127.0.0.1:{port}", "--num-cpus=1", '--resources={"rcb_sandbox": 1}')
+        ray.init(address=f"127.0.0.1:{port}", log_to_driver=False)
+        deadline = time.monotonic() + 90
+        slots = 0.0
+        while time.monotonic() < deadline and slots < 2:
+            slots = ray.cluster_resources().get("rcb_sandbox", 0)
+            time.sleep(0.5)
+        run_eval(_snippets(4), _cfg("rcb_env.testing:SleepThenSubmit"), tmp_path / "run",
+                 ray_address=f"127.0.0.1:{port}")  # fmt: skip
+        records = read_records(tmp_path / "run" / "episodes.jsonl")
+        assert len(records) == 4
+        assert len({r.node for r in records}) == 2  # both nodes took groups
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        for proc in reversed(started):  # by pid (never `ray stop`): each session's group
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(session, ignore_errors=True)
