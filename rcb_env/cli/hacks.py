@@ -110,14 +110,4 @@ def _hacks_on_ray(
         )
     finally:
         ray_runner.disconnect(own)
-    return [
-        HackResult(
-            attack=name,
-            passed=r.passed,
-            excluded=r.is_infra_error,
-            official_pass=r.official_pass,
-            kind=r.kind.value,
-            detail=r.detail[:60],
-        )
-        for name, r in zip(ATTACKS, graded, strict=True)
-    ]
+    return [HackResult.of(name, r) for name, r in zip(ATTACKS, graded, strict=True)]

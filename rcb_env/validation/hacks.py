@@ -19,6 +19,7 @@ import psutil
 from pydantic import BaseModel, ConfigDict
 
 from rcb_env.grading.grader import Grader
+from rcb_env.grading.models import GradeResult
 from rcb_env.sandbox import SandboxFactory, scratch
 from rcb_env.task.models import Paper, Snippet
 
@@ -173,22 +174,23 @@ class HackResult(BaseModel):
     kind: str
     detail: str
 
+    @classmethod
+    def of(cls, attack: str, r: GradeResult) -> HackResult:
+        """The attack's row from its grading verdict."""
+        return cls(
+            attack=attack,
+            passed=r.passed,
+            excluded=r.is_infra_error,
+            official_pass=r.official_pass,
+            kind=r.kind.value,
+            detail=r.detail[:60],
+        )
+
 
 def run_hacks(paper: Paper, snippet: Snippet, grader: Grader) -> list[HackResult]:
-    out = []
-    for name, body in ATTACKS.items():
-        r = grader.grade(paper, snippet, body)
-        out.append(
-            HackResult(
-                attack=name,
-                passed=r.passed,
-                excluded=r.is_infra_error,
-                official_pass=r.official_pass,
-                kind=r.kind.value,
-                detail=r.detail[:60],
-            )
-        )
-    return out
+    return [
+        HackResult.of(name, grader.grade(paper, snippet, body)) for name, body in ATTACKS.items()
+    ]
 
 
 class HostState(BaseModel):
