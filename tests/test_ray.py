@@ -376,3 +376,174 @@ def test_the_drivers_watchdog_cancels_a_group_past_its_deadline(require_bwrap: N
     assert [(f[0], f[1], f[2]) for f in failures] == [("adamw-warmup", snippet.name, [0])]
     assert "watchdog" in failures[0][3]
     assert took < 10
+
+
+class _RayStart:
+    """Nodes from real ``ray start`` processes on this machine (loopback only), each stopped by
+    the pid of its own process group, never by ``ray stop``."""
+
+    def __init__(self, session: str) -> None:
+        import os
+        import socket
+        import sys
+
+        self.cli = str(Path(sys.executable).with_name("ray"))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.address = f"127.0.0.1:{self.port}"
+        self.session = session
+        self.env = {**os.environ, "RCB_RAY_TEMP_DIR": session, "RAY_AUTH_MODE": "disabled"}
+        self.procs: list[Any] = []
+
+    def start(self, *args: str) -> Any:
+        import subprocess
+
+        proc = subprocess.Popen(
+            [self.cli, "start", "--block", "--disable-usage-stats",
+             "--node-ip-address=127.0.0.1", "--num-cpus=1",
+             '--resources={"rcb_sandbox": 1}', *args],
+            env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        self.procs.append(proc)
+        return proc
+
+    def head(self) -> None:
+        import socket
+
+        self.start("--head", f"--port={self.port}", f"--temp-dir={self.session}",
+                   "--include-dashboard=false")  # fmt: skip
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:  # the head answers on its port (8-10 s here)
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.3)
+        raise AssertionError("the head node did not come up")
+
+    def wait_ready(self, nodes: int) -> list[str]:
+        """Until ``nodes`` nodes are alive and each has run a task (a node that just joined
+        has no worker process yet): their ids."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        deadline = time.monotonic() + 120
+        alive: list[str] = []
+        while time.monotonic() < deadline:
+            alive = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+            if len(alive) >= nodes:
+                break
+            time.sleep(0.3)
+        assert len(alive) >= nodes, f"only {len(alive)} of {nodes} nodes joined"
+        probe = ray.remote(num_cpus=0)(_node_id)
+        ran = ray.get(
+            [
+                probe.options(
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n, soft=False)
+                ).remote()
+                for n in alive
+            ],
+            timeout=120,
+        )
+        assert sorted(ran) == sorted(alive)
+        return alive
+
+    def stop(self, proc: Any, sig: int) -> None:
+        import os
+        import subprocess
+
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait(timeout=30)
+
+    def close(self) -> None:
+        import signal
+
+        for proc in reversed(self.procs):
+            self.stop(proc, signal.SIGTERM)
+
+
+def test_two_nodes_from_ray_start_processes_and_a_worker_stopped_by_its_pid(
+    tmp_path: Path, require_bwrap: None
+) -> None:
+    """The documented setup with real ``ray start`` processes (a head and a worker node, one
+    sandbox slot each): episodes land on both nodes; then, while a CLI run is under way, the
+    worker is killed by its pid: every record is present exactly once, the moved group ran
+    twice, and the run exits 0."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    session = tempfile.mkdtemp(prefix="rcbrs-", dir="/tmp")  # short: Ray's socket paths
+    nodes = _RayStart(session)
+    try:
+        nodes.head()
+        worker = nodes.start(f"--address={nodes.address}")
+        ray.init(address=nodes.address, _node_ip_address="127.0.0.1", log_to_driver=False)
+        nodes.wait_ready(2)
+        run_eval(_snippets(4), _cfg("rcb_env.testing:SleepThenSubmit"), tmp_path / "a",
+                 ray_address=nodes.address)  # fmt: skip
+        first = read_records(tmp_path / "a" / "episodes.jsonl")
+        assert [r.infra_error for r in first if r.infra_error] == []
+        assert len(first) == 4
+        assert len({r.node for r in first}) == 2  # both nodes took groups
+        ray.shutdown()
+
+        run = tmp_path / "b"
+        env = {**nodes.env, "RCB_TASK_PYTHON": str(config.task_python())}
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "rcb_env", "eval", "--agent", "rcb_env.testing:SleepThenSubmit",
+             "--paper", "adamw-warmup",
+             *[a for s in _snippets(4).snippets for a in ("--snippet", s.name)],
+             "--ray", nodes.address, "--resume", str(run)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        # the worker is killed while it runs a group: wait until a group has started there
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not _busy_on(worker.pid):
+            time.sleep(0.2)
+        nodes.stop(worker, signal.SIGKILL)
+        _out, err = driver.communicate(timeout=300)
+        assert driver.returncode == 0, err[-2000:]
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        nodes.close()
+        shutil.rmtree(session, ignore_errors=True)
+    records = read_records(run / "episodes.jsonl")
+    assert [r.infra_error for r in records if r.infra_error] == []
+    keys = [(r.snippet_id, r.sample) for r in records]
+    assert len(keys) == len(set(keys)) == 4
+    assert max(r.attempt for r in records) == 2  # the worker's group ran again on the head
+    assert os.path.exists(run / "run.json")
+
+
+def _node_id() -> str:
+    node: str = ray.get_runtime_context().get_node_id()
+    return node
+
+
+def _busy_on(pid: int) -> bool:
+    """Whether the process tree of ``pid`` runs a sandbox (a group is under way there)."""
+    import psutil
+
+    try:
+        tree = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return False
+    names = set()
+    for p in tree:
+        try:
+            names.add(p.name())
+        except psutil.NoSuchProcess:
+            continue
+    return "bwrap" in names
