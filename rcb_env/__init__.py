@@ -6,7 +6,7 @@ other effect. The four contracts: :class:`TaskSource`, :class:`Backend` (with :c
 :class:`Agent`, :class:`EpisodeOutcome`.
 """
 
-from rcb_env.agent import Agent, AgentFactory, MeteredAgent
+from rcb_env.agent import Agent, AgentFactory, MeteredAgent, OutOfBudget
 from rcb_env.episode import Budgets, EnvConfig, RcbEnv, env_id, make_env, register_bundled
 from rcb_env.episode.outcome import EpisodeOutcome, EpisodeStatus, StopReason
 from rcb_env.errors import (
@@ -71,6 +71,7 @@ __all__ = [
     "MeteredAgent",
     "MissingTaskFileError",
     "ModelError",
+    "OutOfBudget",
     "Outcome",
     "Paper",
     "PaperMeta",

@@ -62,6 +62,17 @@ class MeteredAgent(Protocol):
         ...
 
 
+class OutOfBudget(Exception):
+    """Raised by an agent's ``act`` when it cannot give an action within the episode's
+    remaining budget (an external agent that went quiet past the wall-clock limit). The runner
+    then grades the workspace as it stands and ends the episode with ``truncated=True`` and
+    this stop reason, exactly as the :class:`~rcb_env.episode.wrappers.Budgets` wrapper does."""
+
+    def __init__(self, reason: str = "budget_wall_s") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 AgentFactory = Callable[[], Agent]
 """Builds a fresh agent for each episode."""
 
@@ -119,11 +130,22 @@ def agent_factory(
     options: dict[str, Any] | None = None,
 ) -> AgentFactory:
     """A factory for the agent ``spec``: a built-in name (``oracle``, ``null``, ``single-shot``,
-    ``tools``, ...) or ``package.module:ClassName`` (built with no arguments).
+    ``tools``, ...), ``package.module:ClassName`` (built with no arguments), or
+    ``mcp:<command>`` (an external agent that works each episode through rcb-env's MCP
+    server: :class:`rcb_env.integrations.mcp_server.McpCommandAgent`).
 
     Raises:
         ConfigError: unknown name, a broken spec, or a missing model setting or package.
     """
+    if spec.startswith("mcp:"):  # an external MCP-capable agent command per episode
+        command = spec.removeprefix("mcp:").strip()
+        if not command:
+            raise ConfigError("agent 'mcp:': name the agent command, e.g. mcp:'my-agent {url}'")
+        try:
+            from rcb_env.integrations.mcp_server import McpCommandAgent
+        except ImportError as exc:
+            raise ConfigError(f"mcp agents need rcb-env[mcp] ({exc})") from None
+        return lambda: McpCommandAgent(command)
     if ":" in spec:
         return load_agent_class(spec)
     registry = _registry()

@@ -3,6 +3,7 @@ episode as it happens; resume a killed run without losing or repeating finished 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -16,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from rcb_env import envs
-from rcb_env.agent import Agent, AgentFactory, MeteredAgent, agent_factory
+from rcb_env.agent import Agent, AgentFactory, MeteredAgent, OutOfBudget, agent_factory
 from rcb_env.episode.env import EnvConfig, RcbEnv
 from rcb_env.episode.outcome import EpisodeOutcome
 from rcb_env.episode.wrappers import Budgets
@@ -141,7 +142,14 @@ def run_episode(
         terminated = truncated = False
         while not (terminated or truncated):
             stage = "agent"
-            action = agent.act(obs, info)
+            try:
+                action = agent.act(obs, info)
+            except OutOfBudget as out:
+                drain(len(steps))
+                stage = "sandbox"
+                obs, _r, terminated, truncated, info = inner.finish(reason=out.reason)
+                obs = f"[budget exhausted: {out.reason.removeprefix('budget_')}] {obs}"
+                break
             drain(len(steps) + 1)
             if metered is not None:
                 tokens, cost = metered.spent()
@@ -160,7 +168,7 @@ def run_episode(
                 )
             )
         stage = "agent"
-        agent.end(info)
+        agent.end({**info, "observation": obs})  # the last observation, for agents that relay it
         drain(len(steps))
         outcome = inner.outcome
     except Exception as exc:  # the one boundary: what broke, and where
@@ -170,6 +178,8 @@ def run_episode(
         if error is None:
             raise
         outcome = EpisodeOutcome.failed(error)
+        with contextlib.suppress(Exception):  # an agent that relays the end (MCP) is told
+            agent.end({"status": "infra_error", "outcome": outcome, "observation": error.message})
     finally:
         env.close()
     if outcome is None:  # pragma: no cover - the loop only ends with an outcome
