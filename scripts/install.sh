@@ -52,8 +52,20 @@ want=$(stamp_of pyproject.toml)
 if [ "$(cat .venv/.rcb-stamp 2>/dev/null)" != "$want" ]; then
   say "installing rcb-env into .venv"
   pip_in .venv/bin/python install -q --upgrade pip
-  pip_in .venv/bin/python install -q -e '.[agents,rl,ray,dev]'
+  pip_in .venv/bin/python install -q -e '.[agents,rl,ray,mcp,verifiers,dev]'
   echo "$want" > .venv/.rcb-stamp
+fi
+
+# verifiers' in-house harnesses run their chat program as a uv script: its requirements as
+# wheels here, so that a rollout prepares it without an index (rcb_env.integrations.verifiers).
+wh="$RCB_ENV_HOME/wheels/verifiers-harness"
+want=$(.venv/bin/python -c 'from rcb_env.integrations.verifiers import harness_requirements as r; print(" ".join(r()))')
+if [ "$(cat "$wh/.rcb-stamp" 2>/dev/null)" != "$want" ]; then
+  say "downloading the verifiers harness program's requirements into $wh"
+  mkdir -p "$wh"
+  # shellcheck disable=SC2086
+  pip_in .venv/bin/python download -q -d "$wh" $want
+  echo "$want" > "$wh/.rcb-stamp"
 fi
 
 # 3. The task interpreter.

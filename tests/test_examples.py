@@ -19,6 +19,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
         ("rl_group_rollouts.py", "rewards [2.0, 2.0, 2.0, 2.0], complete True"),
         ("trl_environment.py", "get_reward() = 2.0 (line weight 2)"),
         ("skyrl_environment.py", "done True, reward 2.0 (line weight 2)"),
+        ("verifiers_environment.py", "rcb_reward 2.0 (line weight 2), errors 0"),
     ],
 )
 def test_example_runs(script: str, expect: str, require_bwrap: None) -> None:

@@ -189,7 +189,24 @@ class ScriptedModelServer:
                 if not anthropic and server.tokens and body.get("return_token_ids"):
                     server._add_tokens(reply, body, payload)
                 self._answered()
+                if body.get("stream") and not anthropic:
+                    self._stream(payload, body)
+                    return
                 self._send(200, payload)
+
+            def _stream(self, payload: dict[str, Any], body: dict[str, Any]) -> None:
+                """The same completion as server-sent events (``stream: true``), as the
+                OpenAI API sends it: chunks of deltas, then ``[DONE]``."""
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("cache-control", "no-cache")
+                self.send_header("connection", "close")
+                self.end_headers()
+                for chunk in _openai_chunks(payload, body):
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
 
             def _error(self, fault: Fault, anthropic: bool) -> None:
                 kind = {429: "rate_limit_error", 529: "overloaded_error"}.get(
@@ -261,6 +278,42 @@ def _openai(reply: Reply, request: dict[str, Any]) -> dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": reply.cached_tokens},
         },
     }
+
+
+def _openai_chunks(payload: dict[str, Any], request: dict[str, Any]) -> list[dict[str, Any]]:
+    """A chat completion as the chunks of its stream: the role, the text, each tool call
+    (name and arguments), the finish reason, and the usage when the request asks for it
+    (``stream_options.include_usage``)."""
+    choice = payload["choices"][0]
+    message = choice["message"]
+    base = {k: payload[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return base | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    if message.get("content"):
+        chunks.append(chunk({"content": message["content"]}))
+    for i, call in enumerate(message.get("tool_calls") or []):
+        fn = call["function"]
+        chunks.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": fn["name"], "arguments": fn["arguments"]},
+                        }
+                    ]
+                }
+            )
+        )
+    chunks.append(chunk({}, choice["finish_reason"]))
+    if (request.get("stream_options") or {}).get("include_usage"):
+        chunks.append(base | {"choices": [], "usage": payload["usage"]})
+    return chunks
 
 
 def _anthropic(reply: Reply, request: dict[str, Any]) -> dict[str, Any]:
