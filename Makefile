@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install check test test-fast fmt bench published bench-published bench-rollouts bench-ray clean
+.PHONY: install check test test-fast fmt bench published bench-published bench-rollouts bench-ray bench-report clean
 
 install:
 	bash scripts/install.sh
@@ -42,6 +42,9 @@ published: install
 
 bench-ray: install
 	$(BIN)/python -m benchmarks.bench_ray
+
+bench-report: install
+	$(BIN)/python -m benchmarks.bench_report
 
 bench-rollouts: install
 	$(BIN)/python -m benchmarks.bench_rollouts

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install rcb-env and everything it needs. Idempotent; quick when nothing changed.
 #
-#   system packages (Debian/Ubuntu, as root): bubblewrap, python3-venv, docker.io, mmdebstrap;
+#   system packages (Debian/Ubuntu, as root): bubblewrap, python3-venv, docker.io, mmdebstrap,
+#   chromium and chromium-driver (the report's browser tests);
 #   the user rcb-sandbox
 #   .venv/                      rcb-env itself (editable) with its dev tools
 #   $RCB_ENV_HOME/task-venv/    the interpreter that runs task tests (numpy, torch==2.13.0),
@@ -28,6 +29,9 @@ command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 # mmdebstrap for base images built from Debian packages where no image registry is reachable.
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
+# Headless Chromium and its driver: the report's browser tests (rcb-env report / view).
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+[ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
 "$TASK_PYTHON_BASE" -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
