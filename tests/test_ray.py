@@ -93,7 +93,11 @@ def test_two_nodes_share_the_groups_and_a_lost_node_reruns_elsewhere_exactly_onc
         kwargs={"ray_address": c.address, "on_episode": done.append},
     )
     runner.start()
-    time.sleep(1.5)  # both nodes are in the middle of their first group
+    # the node is removed while it runs a group (its sandbox is up)
+    raylet = nodes[1].all_processes["raylet"][0].process.pid
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _busy_on(raylet):
+        time.sleep(0.1)
     c.remove_node(nodes[1])
     runner.join(timeout=180)
     assert not runner.is_alive()
@@ -393,7 +397,9 @@ class _RayStart:
             self.port = s.getsockname()[1]
         self.address = f"127.0.0.1:{self.port}"
         self.session = session
-        self.env = {**os.environ, "RCB_RAY_TEMP_DIR": session, "RAY_AUTH_MODE": "disabled"}
+        # Ray's default token authentication stays on: a driver that ran a local Ray earlier
+        # in the same process cannot create actors on a cluster that turned it off
+        self.env = {**os.environ, "RCB_RAY_TEMP_DIR": session}
         self.procs: list[Any] = []
 
     def start(self, *args: str) -> Any:
