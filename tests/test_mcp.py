@@ -23,7 +23,8 @@ from rcb_env.task import Paper, Pset, Snippet, bundled_root, load
 
 pytest.importorskip("mcp")
 
-from rcb_env.integrations.mcp_server import ENDED, EpisodeBridge, build_server
+from rcb_env.integrations.bridge import ENDED, EpisodeBridge
+from rcb_env.integrations.mcp_server import build_server
 
 pytestmark = pytest.mark.slow
 

@@ -61,11 +61,45 @@ def _llm(kind: str) -> Callable[[Request], Factory]:
     return build
 
 
+#: Agent frameworks, each running its own loop in the episode ("module:Class" under
+#: rcb_agents.frameworks; imported when asked for, so a framework that is not installed only
+#: matters then).
+FRAMEWORKS = {
+    "mini-swe-agent": ("minisweagent", "MiniSweAgent", "minisweagent"),
+    "openai-agents": ("openai_agents", "OpenAIAgentsAgent", "agents"),
+    "smolagents": ("smolagents", "SmolagentsAgent", "smolagents"),
+}
+
+
+def _framework(kind: str) -> Callable[[Request], Factory]:
+    def build(req: Request) -> Factory:
+        import importlib
+
+        from rcb_agents.models import ModelConfig
+
+        if req.model is None:
+            raise ValueError(f"agent {kind} needs --model openai:NAME (and --base-url)")
+        module, cls_name, needs = FRAMEWORKS[kind]
+        import importlib.util
+
+        if importlib.util.find_spec(needs) is None:  # found, not imported (no side effects)
+            raise ValueError(f"agent {kind} needs rcb-env[{kind}] (no module {needs!r})")
+        cls = getattr(importlib.import_module(f"rcb_agents.frameworks.{module}"), cls_name)
+        cfg = ModelConfig.model_validate(req.model)
+        max_turns = int(req.options.get("max_turns", 100))
+        cls(cfg, max_turns=max_turns)  # fail now on a bad setting, not per episode
+        factory: Factory = lambda: cls(cfg, max_turns=max_turns)  # noqa: E731
+        return factory
+
+    return build
+
+
 AGENTS: dict[str, Callable[[Request], Factory]] = {
     "oracle": _oracle,
     "null": _null,
     "single-shot": _llm("single-shot"),
     "tools": _llm("tools"),
+    **{name: _framework(name) for name in FRAMEWORKS},
 }
 
 

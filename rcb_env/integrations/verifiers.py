@@ -32,7 +32,8 @@ import verifiers.v1 as vf
 from verifiers.v1.mcp import SharedToolServer
 
 from rcb_env.integrations._session import load_tasks
-from rcb_env.integrations.mcp_server import EpisodeBridge, HttpEndpoint
+from rcb_env.integrations.bridge import EpisodeBridge
+from rcb_env.integrations.mcp_server import HttpEndpoint
 from rcb_env.results.records import EpisodeRecord, RecordLog
 
 #: The name of the tool server the harness sees (its tools may be prefixed with it).

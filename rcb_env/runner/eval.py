@@ -185,6 +185,9 @@ def run_episode(
     if outcome is None:  # pragma: no cover - the loop only ends with an outcome
         raise RuntimeError("the episode ended without an outcome")
     drain(len(steps))  # an agent that crashed mid-call
+    if metered is not None:  # calls made after the last step (a framework's closing turn)
+        tokens, cost = metered.spent()
+        env.charge_tokens(tokens - charged[0], cost - charged[1])
     record = EpisodeRecord.from_outcome(
         outcome,
         run_id=run_id,
