@@ -145,6 +145,9 @@ def agent_factory(
             from rcb_env.integrations.mcp_server import McpCommandAgent
         except ImportError as exc:
             raise ConfigError(f"mcp agents need rcb-env[mcp] ({exc})") from None
+        if model is not None:  # its model calls recorded through a proxy (rcb_agents)
+            metered: AgentFactory = _registry().mcp_command(command, model)
+            return metered
         return lambda: McpCommandAgent(command)
     if ":" in spec:
         return load_agent_class(spec)

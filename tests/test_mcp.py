@@ -222,3 +222,35 @@ def test_reward_hack_bodies_submitted_through_the_mcp_server_score_zero(
         factory.close()
     assert len(scored) == len(ATTACKS)
     assert all(reward == 0.0 for _status, reward in scored.values()), scored
+
+
+def test_an_external_agents_model_calls_are_recorded_through_the_proxy(
+    tmp_path: Path, require_bwrap: None
+) -> None:
+    """``--agent mcp:<command> --model ...``: the command (another process, its own openai
+    client) calls the model through the recording proxy rcb-env puts in front of the endpoint,
+    so the record has every call with its tokens."""
+    from rcb_agents.models import ModelConfig
+    from rcb_agents.testing import Reply, ScriptedModelServer
+
+    paper, snippet = _task()
+    edit = {"path": snippet.file, "old": snippet.todo_body(), "new": snippet.reference_body}
+    script = [
+        Reply(tool_calls=(("replace_in_file", edit),)),
+        Reply(tool_calls=(("submit", {}),)),
+        Reply(text="done"),
+    ]
+    command = f"{sys.executable} {ROOT / 'examples' / 'mcp_model_agent.py'}"
+    with ScriptedModelServer(script) as server:
+        cfg = _cfg(f"mcp:{command}").model_copy(
+            update={"model": ModelConfig(spec="openai:scripted", base_url=server.openai_url)
+                    .model_dump(mode="json")}
+        )  # fmt: skip
+        run_eval(_only(paper, snippet), cfg, tmp_path / "run")
+        requests = len(server.requests)
+    (record,) = read_records(tmp_path / "run" / "episodes.jsonl")
+    assert (record.passed, record.reward) == (True, snippet.weight)
+    assert requests == 3
+    assert len(record.model_calls) == 3
+    assert record.tokens == 3 * 120
+    assert record.agent["model"] == "openai:scripted"

@@ -119,6 +119,16 @@ def factory(
     return build(Request(pset, model, options))
 
 
+def mcp_command(command: str, model: dict[str, Any]) -> Factory:
+    """``--agent mcp:<command>`` with ``--model``: the command's model calls recorded through a
+    proxy in front of the endpoint."""
+    from rcb_agents.frameworks.mcp_command import MeteredMcpCommandAgent
+    from rcb_agents.models import ModelConfig
+
+    cfg = ModelConfig.model_validate(model)
+    return lambda: MeteredMcpCommandAgent(command, cfg)
+
+
 def model_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """Validated, complete model settings as JSON (what a run records).
 

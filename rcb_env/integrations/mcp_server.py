@@ -54,6 +54,9 @@ TASK_URI = "rcb://task"
 #: The environment variable (and ``{url}`` in the command) that tells an external agent where
 #: its episode's MCP endpoint is.
 URL_VARIABLE = "RCB_MCP_URL"
+#: The environment variable (and ``{model_url}`` in the command) that names the model endpoint
+#: an external agent should call, when the run has one (a recording proxy in front of it).
+MODEL_URL_VARIABLE = "RCB_MODEL_URL"
 
 log = get_logger(__name__)
 
@@ -187,12 +190,20 @@ class McpCommandAgent(EpisodeBridge):
         super().start(observation, info, tools)
         self._endpoint = HttpEndpoint(self).__enter__()
         url = self._endpoint.url
-        argv = [a.replace("{url}", url) for a in shlex.split(self.command)]
-        env = {**os.environ, URL_VARIABLE: url}
+        extra = self.command_env()
+        argv = [
+            a.replace("{url}", url).replace("{model_url}", extra.get(MODEL_URL_VARIABLE, ""))
+            for a in shlex.split(self.command)
+        ]
+        env = {**os.environ, URL_VARIABLE: url, **extra}
         self._proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
         self._watch = threading.Thread(target=self._wait, name="rcb-mcp-agent", daemon=True)
         self._watch.start()
         log.info("mcp agent started", command=self.command, url=url, pid=self._proc.pid)
+
+    def command_env(self) -> dict[str, str]:
+        """More environment variables for the command (a model endpoint to use, ...)."""
+        return {}
 
     def _wait(self) -> None:
         assert self._proc is not None
