@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -161,3 +162,24 @@ cgroup_option = click.option(
     help="bwrap: refuse to run without memory and pids limits (required, the default), set "
     "what the host allows (best-effort), or rely on rlimits alone (off).",
 )
+
+
+def episode_options(f: Any) -> Any:
+    """The per-episode settings every command that runs episodes takes: --max-steps,
+    --max-wall, --test-feedback."""
+    for option in reversed(
+        (
+            click.option("--max-steps", type=int, default=50, show_default=True),
+            click.option(
+                "--max-wall", type=float, default=1800.0, show_default=True, help="Seconds."
+            ),
+            click.option(
+                "--test-feedback",
+                type=click.Choice(["full", "summary", "none"]),
+                default="summary",
+                show_default=True,
+            ),
+        )
+    ):
+        f = option(f)
+    return f

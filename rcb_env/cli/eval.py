@@ -19,6 +19,7 @@ from rcb_env.cli._app import (
     base_option,
     cgroup_option,
     cli,
+    episode_options,
     err,
     out,
     paper_option,
@@ -69,14 +70,7 @@ from rcb_env.tools.toolbox import Feedback
 @click.option(
     "--retry-delay", default=5.0, show_default=True, help="Seconds x round before a retry round."
 )
-@click.option("--max-steps", type=int, default=50, show_default=True)
-@click.option("--max-wall", type=float, default=1800.0, show_default=True, help="Seconds.")
-@click.option(
-    "--test-feedback",
-    type=click.Choice(["full", "summary", "none"]),
-    default="summary",
-    show_default=True,
-)
+@episode_options
 @click.option(
     "--paper-in-prompt", type=click.Choice(["full", "outline"]), default="full", show_default=True
 )

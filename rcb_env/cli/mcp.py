@@ -12,6 +12,7 @@ from rcb_env.cli._app import (
     _shown,
     cgroup_option,
     cli,
+    episode_options,
     err,
     paper_option,
     pset_option,
@@ -41,14 +42,7 @@ def mcp_group() -> None:
 @click.option("--http", is_flag=True, help="Streamable HTTP on 127.0.0.1 instead of stdio.")
 @click.option("--port", default=0, show_default=True, help="--http: the port (0: any free one).")
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"))
-@click.option("--max-steps", type=int, default=50, show_default=True)
-@click.option("--max-wall", type=float, default=1800.0, show_default=True, help="Seconds.")
-@click.option(
-    "--test-feedback",
-    type=click.Choice(["full", "summary", "none"]),
-    default="summary",
-    show_default=True,
-)
+@episode_options
 @click.option("--timeout", type=float, help="Seconds per grading run (default 300).")
 def serve_cmd(
     pset: tuple[str, ...],
