@@ -195,29 +195,31 @@ def test_reward_hack_bodies_submitted_through_the_mcp_server_score_zero(
         update={"grading": GradingConfig(python=config.task_python(), timeout_s=20)}
     )
     factory = SandboxFactory(cfg.sandbox)
-    scored: dict[str, tuple[str, float | None]] = {}
 
     async def submit(bridge: EpisodeBridge, body: str) -> str:
         async with Client(build_server(bridge)) as client:
             result = await client.call_tool("submit", {"body": body})
             return "".join(getattr(c, "text", "") for c in result.content)
 
+    def attack(body: str) -> tuple[str, float | None]:
+        bridge = EpisodeBridge()
+        out: list[EpisodeRecord] = []
+        runner = threading.Thread(
+            target=lambda: out.append(run_episode(paper, snippet, 0, bridge, cfg, factory, "h"))
+        )
+        runner.start()
+        bridge.ready.wait(60)
+        text = anyio.run(submit, bridge, body)
+        runner.join(120)
+        (record,) = out
+        assert "[episode ended: submit]" in text
+        return record.status, record.reward
+
+    from concurrent.futures import ThreadPoolExecutor
+
     try:
-        for name, body in ATTACKS.items():
-            bridge = EpisodeBridge()
-            out: list[EpisodeRecord] = []
-
-            def episode(b: EpisodeBridge = bridge, into: list[EpisodeRecord] = out) -> None:
-                into.append(run_episode(paper, snippet, 0, b, cfg, factory, "hacks"))
-
-            runner = threading.Thread(target=episode)
-            runner.start()
-            bridge.ready.wait(60)
-            text = anyio.run(submit, bridge, body)
-            runner.join(120)
-            (record,) = out
-            assert "[episode ended: submit]" in text
-            scored[name] = (record.status, record.reward)
+        with ThreadPoolExecutor(max_workers=2) as pool:  # two episodes at a time (2 cores)
+            scored = dict(zip(ATTACKS, pool.map(attack, ATTACKS.values()), strict=True))
     finally:
         factory.close()
     assert len(scored) == len(ATTACKS)

@@ -75,41 +75,6 @@ def cluster() -> Iterator[tuple[Any, list[Any]]]:
     c.shutdown()  # type: ignore[no-untyped-call]
 
 
-def test_two_nodes_share_the_groups_and_a_lost_node_reruns_elsewhere_exactly_once(
-    cluster: tuple[Any, list[Any]], tmp_path: Path, require_bwrap: None
-) -> None:
-    c, nodes = cluster
-    # both nodes take groups
-    run_eval(_snippets(4), _cfg("rcb_env.testing:SleepThenSubmit"), tmp_path / "a",
-             ray_address=c.address)  # fmt: skip
-    first = read_records(tmp_path / "a" / "episodes.jsonl")
-    assert len(first) == 4
-    assert len({r.node for r in first}) == 2
-    # one node removed while its group runs: the group runs again on the other node
-    done: list[EpisodeRecord] = []
-    runner = threading.Thread(
-        target=run_eval,
-        args=(_snippets(4), _cfg("rcb_env.testing:SleepThenSubmit"), tmp_path / "b"),
-        kwargs={"ray_address": c.address, "on_episode": done.append},
-    )
-    runner.start()
-    # the node is removed while it runs a group (its sandbox is up)
-    raylet = nodes[1].all_processes["raylet"][0].process.pid
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _busy_on(raylet):
-        time.sleep(0.1)
-    c.remove_node(nodes[1])
-    runner.join(timeout=180)
-    assert not runner.is_alive()
-    records = read_records(tmp_path / "b" / "episodes.jsonl")
-    assert [r.infra_error for r in records if r.infra_error] == []
-    assert sorted((r.snippet_id, r.sample) for r in records) == sorted(
-        (s.id, 0) for s in _snippets(4).snippets
-    )
-    assert all(r.status == "completed" for r in records)
-    assert max(r.attempt for r in records) == 2
-
-
 def test_the_eval_command_runs_on_ray(tmp_path: Path, require_bwrap: None) -> None:
     import subprocess
     import sys
@@ -382,6 +347,24 @@ def test_the_drivers_watchdog_cancels_a_group_past_its_deadline(require_bwrap: N
     assert took < 10
 
 
+_PROBE = """
+import sys, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+def node():
+    return ray.get_runtime_context().get_node_id()
+
+ray.init(address=sys.argv[1], log_to_driver=False)
+alive = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+if len(alive) < int(sys.argv[2]):
+    sys.exit(3)
+probe = ray.remote(num_cpus=0)(node)
+ran = ray.get([probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n,
+               soft=False)).remote() for n in alive], timeout=120)
+sys.exit(0 if sorted(ran) == sorted(alive) else 4)
+"""
+
+
 class _RayStart:
     """Nodes from real ``ray start`` processes on this machine (loopback only), each stopped by
     the pid of its own process group, never by ``ray stop``."""
@@ -397,9 +380,9 @@ class _RayStart:
             self.port = s.getsockname()[1]
         self.address = f"127.0.0.1:{self.port}"
         self.session = session
-        # Ray's default token authentication stays on: a driver that ran a local Ray earlier
-        # in the same process cannot create actors on a cluster that turned it off
-        self.env = {**os.environ, "RCB_RAY_TEMP_DIR": session}
+        # every driver of this cluster is a fresh process with the same setting (a process that
+        # ran a local Ray before keeps that session's authentication and cannot use this one)
+        self.env = {**os.environ, "RCB_RAY_TEMP_DIR": session, "RAY_AUTH_MODE": "disabled"}
         self.procs: list[Any] = []
 
     def start(self, *args: str) -> Any:
@@ -428,31 +411,22 @@ class _RayStart:
             time.sleep(0.3)
         raise AssertionError("the head node did not come up")
 
-    def wait_ready(self, nodes: int) -> list[str]:
+    def wait_ready(self, nodes: int) -> None:
         """Until ``nodes`` nodes are alive and each has run a task (a node that just joined
-        has no worker process yet): their ids."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        has no worker process yet), asked by a driver process of its own."""
+        import subprocess
+        import sys
 
         deadline = time.monotonic() + 120
-        alive: list[str] = []
-        while time.monotonic() < deadline:
-            alive = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-            if len(alive) >= nodes:
-                break
-            time.sleep(0.3)
-        assert len(alive) >= nodes, f"only {len(alive)} of {nodes} nodes joined"
-        probe = ray.remote(num_cpus=0)(_node_id)
-        ran = ray.get(
-            [
-                probe.options(
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n, soft=False)
-                ).remote()
-                for n in alive
-            ],
-            timeout=120,
-        )
-        assert sorted(ran) == sorted(alive)
-        return alive
+        while True:
+            probe = subprocess.run(
+                [sys.executable, "-c", _PROBE, self.address, str(nodes)],
+                env=self.env, capture_output=True, text=True, timeout=180, check=False,
+            )  # fmt: skip
+            if probe.returncode == 0:
+                return
+            assert time.monotonic() < deadline, probe.stderr[-2000:]
+            time.sleep(0.5)
 
     def stop(self, proc: Any, sig: int) -> None:
         import os
@@ -494,18 +468,21 @@ def test_two_nodes_from_ray_start_processes_and_a_worker_stopped_by_its_pid(
     try:
         nodes.head()
         worker = nodes.start(f"--address={nodes.address}")
-        ray.init(address=nodes.address, _node_ip_address="127.0.0.1", log_to_driver=False)
         nodes.wait_ready(2)
-        run_eval(_snippets(4), _cfg("rcb_env.testing:SleepThenSubmit"), tmp_path / "a",
-                 ray_address=nodes.address)  # fmt: skip
+        env = {**nodes.env, "RCB_TASK_PYTHON": str(config.task_python())}
+        snippets = [a for s in _snippets(2).snippets for a in ("--snippet", s.name)]
+        done = subprocess.run(
+            [sys.executable, "-m", "rcb_env", "eval", "--agent", "oracle", "--paper",
+             "adamw-warmup", *snippets, "--ray", nodes.address, "--resume", str(tmp_path / "a")],
+            env=env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
         first = read_records(tmp_path / "a" / "episodes.jsonl")
         assert [r.infra_error for r in first if r.infra_error] == []
-        assert len(first) == 4
+        assert len(first) == 2
         assert len({r.node for r in first}) == 2  # both nodes took groups
-        ray.shutdown()
 
         run = tmp_path / "b"
-        env = {**nodes.env, "RCB_TASK_PYTHON": str(config.task_python())}
         driver = subprocess.Popen(
             [sys.executable, "-m", "rcb_env", "eval", "--agent", "rcb_env.testing:SleepThenSubmit",
              "--paper", "adamw-warmup",
@@ -553,3 +530,65 @@ def _busy_on(pid: int) -> bool:
         except psutil.NoSuchProcess:
             continue
     return "bwrap" in names
+
+
+def _two_papers(n: int = 3) -> Pset:
+    pset = load(bundled_root())
+    papers = tuple(
+        p.model_copy(update={"snippets": p.snippets[:n]})
+        for p in (pset.paper("adamw-warmup"), pset.paper("rmsnorm-swiglu"))
+    )
+    return pset.model_copy(update={"papers": papers})
+
+
+def test_warm_mode_routes_a_papers_groups_to_one_worker_and_survives_a_lost_node(
+    cluster: tuple[Any, list[Any]], tmp_path: Path, require_bwrap: None
+) -> None:
+    """One long-lived worker per node (its sandbox factory kept across groups): every group of a
+    paper runs on the same node; a node removed while it runs a group -> that worker's groups run
+    again on the other worker (attempt 2), every record exactly once."""
+    c, nodes = cluster
+    tasks = _two_papers()
+    t0 = time.time()
+    run_eval(tasks, _cfg("oracle"), tmp_path / "a", ray_address=c.address, ray_warm=True)
+    first = read_records(tmp_path / "a" / "episodes.jsonl")
+    assert len(first) == 6
+    assert all(r.passed for r in first)
+    by_paper = {p.id: {r.node for r in first if r.paper_id == p.id} for p in tasks.papers}
+    assert all(len(n) == 1 for n in by_paper.values()), by_paper  # a paper's groups: one worker
+    assert len(set().union(*by_paper.values())) == 2  # the two papers went to the two workers
+    tasks = _two_papers(2)
+    done: list[EpisodeRecord] = []
+    runner = threading.Thread(
+        target=run_eval,
+        args=(tasks, _cfg("rcb_env.testing:SleepThenSubmit"), tmp_path / "b"),
+        kwargs={"ray_address": c.address, "ray_warm": True, "on_episode": done.append},
+    )
+    runner.start()
+    raylet = nodes[1].all_processes["raylet"][0].process.pid
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _busy_on(raylet):
+        time.sleep(0.1)
+    c.remove_node(nodes[1])
+    runner.join(timeout=300)
+    assert not runner.is_alive()
+    records = read_records(tmp_path / "b" / "episodes.jsonl")
+    assert [r.infra_error for r in records if r.infra_error] == []
+    assert sorted((r.snippet_id, r.sample) for r in records) == sorted(
+        (s.id, 0) for s in tasks.snippets
+    )
+    assert max(r.attempt for r in records) == 2
+    time.sleep(1)
+    assert live_processes_named("bwrap", t0) == 0  # no sandbox left behind, on either node
+
+
+def live_processes_named(name: str, since: float) -> int:
+    """Processes of that name on this machine started since ``since`` (orphans included)."""
+    import psutil
+
+    count = 0
+    for p in psutil.process_iter(["name", "create_time", "status"]):
+        info = p.info
+        if info["name"] == name and info["create_time"] >= since and info["status"] != "zombie":
+            count += 1
+    return count

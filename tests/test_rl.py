@@ -361,11 +361,17 @@ def test_reward_hack_bodies_score_zero_through_rollout(require_bwrap: None) -> N
             lambda _n, turn: ("replace_in_file", edit) if turn == 0 else ("submit", {})
         )
 
+    async def every() -> list[Any]:
+        gate = asyncio.Semaphore(2)  # two rollouts at a time (2 cores)
+
+        async def one(body: str) -> Any:
+            async with gate:
+                return await rollout(paper, snippet, hack(body), config=cfg, factory=factory)
+
+        return await asyncio.gather(*(one(b) for b in ATTACKS.values()))
+
     try:
-        results = {
-            name: asyncio.run(rollout(paper, snippet, hack(body), config=cfg, factory=factory))
-            for name, body in ATTACKS.items()
-        }
+        results = dict(zip(ATTACKS, asyncio.run(every()), strict=True))
     finally:
         factory.close()
     scored = {name: (t.status, t.reward) for name, t in results.items()}

@@ -55,6 +55,12 @@ from rcb_env.tools.toolbox import Feedback
     help="Run the episodes on Ray: 'local' (a Ray instance here with --jobs sandbox slots) or a "
     "cluster's address (its nodes declare the rcb_sandbox resource). Needs rcb-env[ray].",
 )
+@click.option(
+    "--ray-warm",
+    is_flag=True,
+    help="With --ray: one long-lived worker per node (its sandbox templates and caches kept), "
+    "the groups of a paper routed to the same worker.",
+)
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"))
 @click.option(
     "--resume",
@@ -106,6 +112,7 @@ def eval_cmd(
     base: str | None,
     pool: int,
     ray_address: str | None,
+    ray_warm: bool,
     model: str | None,
     base_url: str | None,
     temperature: float | None,
@@ -165,6 +172,7 @@ def eval_cmd(
             infra_retries=infra_retries,
             retry_delay_s=retry_delay,
             ray_address=ray_address,
+            ray_warm=ray_warm,
         )
     print_summary(out, summary, _shown(run_dir))
     out.print(f"records: {_shown(run_dir / 'episodes.jsonl')}")

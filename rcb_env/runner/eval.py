@@ -316,6 +316,7 @@ def run_eval(
     make_agent: AgentFactory | None = None,
     only_ready: bool = True,
     ray_address: str | None = None,
+    ray_warm: bool = False,
 ) -> Summary:
     """Run every (snippet, sample) not yet finished in ``run_dir`` and return the summary.
 
@@ -335,7 +336,8 @@ def run_eval(
     ``ray_address`` runs the episodes on a Ray cluster instead (``local``: a Ray instance on
     this machine with ``jobs`` sandbox slots; else a cluster's address): one Ray task per group
     of samples of a snippet, records streamed back and written here only
-    (:mod:`rcb_env.runner.ray_runner`).
+    (:mod:`rcb_env.runner.ray_runner`). ``ray_warm``: one long-lived worker per node holding
+    its sandbox factory and caches, the groups of a paper routed to the same worker.
 
     Raises:
         ConfigError: resuming with a different agent, configuration or task set.
@@ -394,7 +396,7 @@ def run_eval(
 
         # The driver's watchdog: a sample may take its wall budget, its grading and a margin.
         per_sample = (cfg.budgets.max_wall_s or 1800.0) + cfg.grading.timeout_s + WATCHDOG_MARGIN_S
-        dispatcher = RayDispatcher(ray_address, jobs=jobs, deadline_s=per_sample)
+        dispatcher = RayDispatcher(ray_address, jobs=jobs, deadline_s=per_sample, warm=ray_warm)
     else:
         new_agent = make_agent or make_agent_factory(cfg, pset)
         factory = SandboxFactory(cfg.sandbox)

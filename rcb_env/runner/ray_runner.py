@@ -21,6 +21,7 @@ Needs ``ray`` (``pip install 'rcb-env[ray]'``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -173,9 +174,34 @@ def _run_group(
     attempts: Any,
 ) -> list[dict[str, Any]]:
     """One group on a worker node: the records of its episodes (JSON)."""
+    from rcb_env.runner.eval import EvalConfig
+    from rcb_env.sandbox import SandboxFactory
+
+    factory = SandboxFactory(EvalConfig.model_validate_json(cfg_json).sandbox)
+    try:
+        return _group_records(
+            where, tree, paper_id, snippet_name, task_hash, samples, cfg_json, run_id, attempts,
+            factory,
+        )  # fmt: skip
+    finally:
+        factory.close()
+
+
+def _group_records(
+    where: str,
+    tree: Any,
+    paper_id: str,
+    snippet_name: str,
+    task_hash: str,
+    samples: list[int],
+    cfg_json: str,
+    run_id: str,
+    attempts: Any,
+    factory: Any,
+) -> list[dict[str, Any]]:
+    """The episodes of one group in ``factory``'s sandboxes, as records (JSON)."""
     from rcb_env.runner.eval import EvalConfig, make_agent_factory, run_episode
     from rcb_env.runner.eval import task_hash as th
-    from rcb_env.sandbox import SandboxFactory
 
     node = ray.get_runtime_context().get_node_id()
     attempt = int(ray.get(attempts.bump.remote(f"{paper_id}/{snippet_name}:{samples}")))
@@ -199,17 +225,57 @@ def _run_group(
         )
     only = pset.model_copy(update={"papers": (paper.model_copy(update={"snippets": (snippet,)}),)})
     new_agent = make_agent_factory(cfg, only)
-    factory = SandboxFactory(cfg.sandbox)
     out = []
-    try:
-        for sample in samples:
-            record = run_episode(paper, snippet, sample, new_agent(), cfg, factory, run_id)
-            out.append(
-                record.model_copy(update={"node": node, "attempt": attempt}).model_dump(mode="json")
-            )
-    finally:
-        factory.close()
+    for sample in samples:
+        record = run_episode(paper, snippet, sample, new_agent(), cfg, factory, run_id)
+        out.append(
+            record.model_copy(update={"node": node, "attempt": attempt}).model_dump(mode="json")
+        )
     return out
+
+
+@ray.remote(num_cpus=0)
+class _NodeWorker:
+    """Warm mode: one long-lived worker per node, holding its sandbox factories (prepared
+    templates, warm containers) and the node's loaded task sets across the groups it runs; it
+    runs as many groups at once as the node declares sandbox slots."""
+
+    def __init__(self) -> None:
+        self.factories: dict[str, Any] = {}
+
+    def node(self) -> str:
+        node: str = ray.get_runtime_context().get_node_id()
+        return node
+
+    def run_group(
+        self,
+        where: str,
+        tree: Any,
+        paper_id: str,
+        snippet_name: str,
+        task_hash: str,
+        samples: list[int],
+        cfg_json: str,
+        run_id: str,
+        attempts: Any,
+    ) -> list[dict[str, Any]]:
+        from rcb_env.runner.eval import EvalConfig
+        from rcb_env.sandbox import SandboxFactory
+
+        sandbox = EvalConfig.model_validate_json(cfg_json).sandbox
+        key = sandbox.model_dump_json()
+        factory = self.factories.get(key)
+        if factory is None:
+            factory = self.factories[key] = SandboxFactory(sandbox)
+        return _group_records(
+            where, tree, paper_id, snippet_name, task_hash, samples, cfg_json, run_id, attempts,
+            factory,
+        )  # fmt: skip
+
+    def close(self) -> None:
+        for factory in self.factories.values():
+            factory.close()
+        self.factories.clear()
 
 
 def connect(address: str | None, jobs: int = 1) -> bool:
@@ -333,6 +399,7 @@ class RayDispatcher:
         jobs: int = 1,
         max_retries: int = 3,
         deadline_s: float | None = None,
+        warm: bool = False,
     ) -> None:
         self.own = connect(address, jobs)
         self.caps = model_caps()  # the per-endpoint model caps hold across the cluster
@@ -352,6 +419,44 @@ class RayDispatcher:
             max_retries=max_retries,
             retry_exceptions=False,
         )
+        self.workers: dict[str, Any] = {}
+        """Warm mode: node id -> its long-lived worker (the live ones)."""
+        self.load: dict[str, int] = {}
+        self.home: dict[str, str] = {}
+        """Warm mode: paper id -> the node whose worker runs its groups."""
+        if warm:
+            self._start_workers()
+
+    def _start_workers(self) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        for n in ray.nodes():  # type: ignore[no-untyped-call]
+            slots = int((n.get("Resources") or {}).get(RESOURCE, 0))
+            if not n.get("Alive") or slots < 1:
+                continue
+            node = n["NodeID"]
+            self.workers[node] = _NodeWorker.options(  # type: ignore[attr-defined]
+                resources={RESOURCE: slots},
+                max_concurrency=slots,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
+            ).remote()
+            self.load[node] = 0
+        if not self.workers:
+            raise RuntimeError(f"no live node declares the {RESOURCE!r} resource")
+        ray.get([w.node.remote() for w in self.workers.values()], timeout=300)
+
+    def _submit(self, g: tuple[str, Any, str, str, str, list[int]], cfg_json: str,
+                run_id: str) -> tuple[Any, str | None]:  # fmt: skip
+        """A group as a Ray task (cold), or on its paper's worker (warm): its ref and node."""
+        if not self.workers:
+            return self.remote.remote(*g, cfg_json, run_id, self.attempts), None
+        paper = g[2]
+        node = self.home.get(paper)
+        if node not in self.workers:  # first seen, or its node is gone: the least loaded
+            node = min(self.workers, key=lambda n: self.load[n])
+            self.home[paper] = node
+        self.load[node] += 1
+        return self.workers[node].run_group.remote(*g, cfg_json, run_id, self.attempts), node
 
     def run(
         self,
@@ -366,9 +471,12 @@ class RayDispatcher:
         that fails for good (its node died more than ``max_retries`` times, the watchdog's
         deadline passed, the worker raised) reaches ``on_failure`` with why."""
         pending: dict[Any, tuple[tuple[str, Any, str, str, str, list[int]], float]] = {}
+        placed: dict[Any, str | None] = {}
+        moved: dict[str, int] = {}
         for g in groups:
-            ref = self.remote.remote(*g, cfg_json, run_id, self.attempts)
+            ref, node = self._submit(g, cfg_json, run_id)
             pending[ref] = (g, time.monotonic())
+            placed[ref] = node
         while pending:
             wait = 5.0
             if self.deadline_s is not None:  # wake up in time for the earliest deadline
@@ -381,8 +489,24 @@ class RayDispatcher:
             now = time.monotonic()
             for ref in ready:
                 g, _start = pending.pop(ref)
+                node = placed.pop(ref, None)
+                if node is not None:
+                    self.load[node] -= 1
                 try:
                     records = ray.get(ref)
+                except ray.exceptions.RayActorError as exc:
+                    # warm mode: the worker's node is gone; its groups run again on another
+                    # worker (Ray retries tasks, not calls on a dead actor)
+                    self.workers.pop(node or "", None)
+                    key = f"{g[2]}/{g[3]}"
+                    moved[key] = moved.get(key, 0) + 1
+                    if not self.workers or moved[key] > self.max_retries:
+                        on_failure(g[2], g[3], g[5], f"{type(exc).__name__}: {str(exc)[:500]}")
+                        continue
+                    again, where = self._submit(g, cfg_json, run_id)
+                    pending[again] = (g, time.monotonic())
+                    placed[again] = where
+                    continue
                 except Exception as exc:
                     on_failure(g[2], g[3], g[5], f"{type(exc).__name__}: {str(exc)[:500]}")
                     continue
@@ -391,11 +515,21 @@ class RayDispatcher:
             if self.deadline_s is not None:
                 for ref, (g, start) in list(pending.items()):
                     if now - start > self.deadline_s * max(1, len(g[5])):
-                        ray.cancel(ref, force=True)
+                        ray.cancel(ref, force=placed.get(ref) is None)  # no force for actors
                         pending.pop(ref)
+                        node = placed.pop(ref, None)
+                        if node is not None:
+                            self.load[node] -= 1
                         on_failure(g[2], g[3], g[5], "the driver's watchdog deadline passed")
 
     def close(self) -> None:
+        if self.workers:  # their sandboxes closed, then the workers themselves
+            with contextlib.suppress(Exception):
+                ray.get([w.close.remote() for w in self.workers.values()], timeout=60)
+            for w in self.workers.values():
+                with contextlib.suppress(Exception):
+                    ray.kill(w)
+            self.workers.clear()
         if self.own:
             ray.shutdown()
 
