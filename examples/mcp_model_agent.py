@@ -42,7 +42,7 @@ async def main(max_turns: int = 50) -> None:
                 model.chat.completions.create(
                     model=os.environ.get("RCB_MODEL", "model"),
                     messages=messages,
-                    tools=tools,  # type: ignore[arg-type]
+                    tools=tools,
                 )
                 .choices[0]
                 .message
