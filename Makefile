@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install check test test-fast fmt bench published bench-published bench-rollouts bench-ray bench-report clean
+.PHONY: install check test test-fast fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence clean
 
 install:
 	bash scripts/install.sh
@@ -48,6 +48,11 @@ bench-report: install
 
 bench-rollouts: install
 	$(BIN)/python -m benchmarks.bench_rollouts
+
+# Warm vs cold grading on the published runnable set (run `make published` first): every
+# snippet's oracle, null and `pass` bodies graded both ways must get the same verdicts.
+equivalence: install
+	$(BIN)/python -m rcb_env.validation.equivalence --pset researchcodebench --jobs 2
 
 bench-published: install
 	$(BIN)/python -m benchmarks.bench_published

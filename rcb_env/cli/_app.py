@@ -93,11 +93,15 @@ def _shown(path: Path | str) -> str:
 
 
 def _sandbox_config(
-    backend: BackendName, base: str | None, pool: int = 0, cgroup_limits: str | None = None
+    backend: BackendName,
+    base: str | None,
+    pool: int = 0,
+    cgroup_limits: str | None = None,
+    grading: str = "warm",
 ) -> SandboxConfig:
-    """The --sandbox/--base/--pool/--cgroup-limits options as a config (only given ones
-    override the defaults)."""
-    cfg = SandboxConfig(backend=backend, pool_size=pool)
+    """The --sandbox/--base/--pool/--cgroup-limits/--grading options as a config (only given
+    ones override the defaults)."""
+    cfg = SandboxConfig(backend=backend, pool_size=pool, warm_grading=grading == "warm")
     if base is not None:
         cfg = cfg.model_copy(update={"docker_base": base})
     if cgroup_limits is not None:
@@ -161,6 +165,17 @@ cgroup_option = click.option(
     type=click.Choice(["required", "best-effort", "off"]),
     help="bwrap: refuse to run without memory and pids limits (required, the default), set "
     "what the host allows (best-effort), or rely on rlimits alone (off).",
+)
+
+
+grading_option = click.option(
+    "--grading",
+    type=click.Choice(["warm", "cold"]),
+    default="warm",
+    show_default=True,
+    help="warm: each grading forks from a per-paper process that has imported the tests' "
+    "third-party modules, in namespaces of its own (papers whose imports start threads grade "
+    "cold); cold: a fresh interpreter per grading.",
 )
 
 

@@ -21,6 +21,7 @@ from rcb_env.cli._app import (
     cli,
     episode_options,
     err,
+    grading_option,
     out,
     paper_option,
     pset_option,
@@ -48,6 +49,7 @@ from rcb_env.tools.toolbox import Feedback
 @sandbox_option
 @base_option
 @cgroup_option
+@grading_option
 @click.option("--pool", default=0, show_default=True, help="docker: warm containers per image.")
 @click.option(
     "--ray",
@@ -100,6 +102,7 @@ def eval_cmd(
     samples: int,
     sandbox: BackendName,
     cgroup_limits: str | None,
+    grading: str,
     runs_dir: Path,
     resume: Path | None,
     infra_retries: int,
@@ -150,7 +153,7 @@ def eval_cmd(
         with_paper=not no_paper,
         samples=samples,
         env=EnvConfig(test_feedback=test_feedback, paper_in_prompt=paper_in_prompt),
-        sandbox=_sandbox_config(sandbox, base, pool, cgroup_limits),
+        sandbox=_sandbox_config(sandbox, base, pool, cgroup_limits, grading),
         grading=GradingConfig() if timeout is None else GradingConfig(timeout_s=timeout),
         budgets=BudgetConfig(
             max_steps=max_steps, max_wall_s=max_wall, max_tokens=max_tokens, max_cost=max_cost

@@ -16,6 +16,7 @@ from rcb_env.cli._app import (
     base_option,
     cgroup_option,
     cli,
+    grading_option,
     out,
     ray_option,
     sandbox_option,
@@ -29,12 +30,14 @@ from rcb_env.task import loader
 @sandbox_option
 @base_option
 @cgroup_option
+@grading_option
 @click.option("--timeout", type=float, default=20.0, show_default=True)
 @ray_option
 def hacks_cmd(
     sandbox: BackendName,
     base: str | None,
     cgroup_limits: str | None,
+    grading: str,
     timeout: float,
     ray_address: str | None,
 ) -> None:
@@ -44,10 +47,13 @@ def hacks_cmd(
 
     paper = loader.load(loader.bundled_root()).paper(TARGET[0])
     snippet = paper.snippet(TARGET[1])
-    sandbox_cfg = _sandbox_config(sandbox, base, cgroup_limits=cgroup_limits)
+    sandbox_cfg = _sandbox_config(sandbox, base, cgroup_limits=cgroup_limits, grading=grading)
     factory = SandboxFactory(sandbox_cfg)
     try:
         grader = Grader(GradingConfig(timeout_s=timeout), executor=factory.grading_executor(paper))
+        # The environment as it stands before any attack (with warm grading, its warm
+        # process): what the attacks leave is measured against that.
+        grader.grade(paper, snippet, snippet.reference_body)
         before = host_state(factory)
         if ray_address is not None:
             results = _hacks_on_ray(ray_address, paper, snippet, sandbox_cfg, timeout)

@@ -14,6 +14,7 @@ from rcb_env.cli._app import (
     cli,
     episode_options,
     err,
+    grading_option,
     paper_option,
     pset_option,
     sandbox_option,
@@ -39,6 +40,7 @@ def mcp_group() -> None:
 @snippet_option
 @sandbox_option
 @cgroup_option
+@grading_option
 @click.option("--http", is_flag=True, help="Streamable HTTP on 127.0.0.1 instead of stdio.")
 @click.option("--port", default=0, show_default=True, help="--http: the port (0: any free one).")
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"))
@@ -50,6 +52,7 @@ def serve_cmd(
     snippets: tuple[str, ...],
     sandbox: BackendName,
     cgroup_limits: str | None,
+    grading: str,
     http: bool,
     port: int,
     runs_dir: Path,
@@ -69,7 +72,7 @@ def serve_cmd(
     cfg = EvalConfig(
         agent="mcp",
         env=EnvConfig(test_feedback=test_feedback),
-        sandbox=_sandbox_config(sandbox, None, 0, cgroup_limits),
+        sandbox=_sandbox_config(sandbox, None, 0, cgroup_limits, grading),
         grading=GradingConfig() if timeout is None else GradingConfig(timeout_s=timeout),
         budgets=BudgetConfig(max_steps=max_steps, max_wall_s=max_wall),
     )

@@ -24,6 +24,7 @@ from rcb_env.logs import get_logger
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox.base import Executor
 from rcb_env.sandbox.local import LocalExecutor
+from rcb_env.sandbox.warm import WarmExecutor, WarmUnavailable
 from rcb_env.task.models import Paper, Snippet
 from rcb_env.task.source import source_for
 
@@ -235,6 +236,19 @@ class Grader:
         )
 
     def _run(self, paper: Paper, snippet: Snippet, body: str) -> GradeResult:
+        """One run: in the paper's warm process when the executor has one, else (or when it
+        gives up before deciding anything) cold, in a fresh copy."""
+        executor = self.executor
+        if not isinstance(executor, WarmExecutor):
+            return self._run_in(executor, paper, snippet, body)
+        try:
+            return self._run_in(executor, paper, snippet, body)
+        except WarmUnavailable as exc:
+            log.info("grading cold: the warm path is unavailable", snippet=snippet.id, why=str(exc))
+            result = self._run_in(executor.cold, paper, snippet, body)
+            return result.model_copy(update={"grading_path": f"cold: {exc}"})
+
+    def _run_in(self, executor: Executor, paper: Paper, snippet: Snippet, body: str) -> GradeResult:
         source = source_for(paper)
         expected = self.expected(paper, snippet)
         test_file = source.test_file(paper, snippet)
@@ -243,7 +257,11 @@ class Grader:
             python = self.python or envs.python_for(paper)
         except SandboxError as exc:
             return _sandbox_failure(snippet, exc)
-        workdir = scratch_dirs.make("rcb-grade-", self.scratch)
+        parent = self.scratch
+        if isinstance(executor, WarmExecutor):
+            # Where its warm process sees the copy; raises WarmUnavailable (grade cold).
+            parent = executor.area(self._base_env(paper, python), str(python))
+        workdir = scratch_dirs.make("rcb-grade-", parent)
         try:
             folder = workdir / paper.slug
             try:
@@ -279,7 +297,7 @@ class Grader:
                 str(rcb / "protected"),
             ]
             try:
-                run = self.executor.run(
+                run = executor.run(
                     argv,
                     cwd=folder,
                     env={**self._env(workdir, python), **envs.task_env(paper)},
@@ -287,6 +305,8 @@ class Grader:
                     needles=OFFICIAL_ERROR_WORDS,
                     writable=workdir,
                 )
+            except WarmUnavailable:
+                raise
             except SandboxError as exc:
                 return _sandbox_failure(snippet, exc)
             judged = source.judge(
@@ -316,9 +336,16 @@ class Grader:
                 duration_s=round(run.duration_s, 4),
                 stdout=stable(run.stdout),
                 stderr=stable(run.stderr),
+                grading_path="warm" if run.warm else "cold",
             )
         finally:
             scratch_dirs.discard(workdir)
+
+    def _base_env(self, paper: Paper, python: Path) -> Mapping[str, str]:
+        """The environment of every run of ``paper`` but the per-run folders (the key of its
+        warm process)."""
+        env = {**self._env(Path("/"), python), **envs.task_env(paper)}
+        return {k: v for k, v in env.items() if k not in ("HOME", "TMPDIR")}
 
     def _env(self, workdir: Path, python: Path) -> Mapping[str, str]:
         threads = str(self.config.threads)

@@ -115,6 +115,9 @@ class GradeResult(Frozen):
     """Test runs this verdict took: a run killed from outside is retried."""
     discarded: tuple[str, ...] = ()
     """Why each earlier attempt was not used (e.g. killed by the host's OOM killer)."""
+    grading_path: str = "cold"
+    """``warm`` (forked from the paper's warm process), ``cold`` (a fresh interpreter), or
+    ``cold: <why>`` when the warm path was meant but could not be used."""
 
     @property
     def passed(self) -> bool:

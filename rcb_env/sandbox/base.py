@@ -44,6 +44,8 @@ class ExecResult(BaseModel):
     host_oom: bool = False
     """The kernel's OOM killer killed a process of the sandbox although the sandbox's own limit
     was never reached: memory ran out outside the sandbox (the host, or an enclosing group)."""
+    warm: bool = False
+    """It ran in a warm process (:mod:`rcb_env.sandbox.warm`), not a fresh interpreter."""
 
 
 class Executor(Protocol):
@@ -127,6 +129,12 @@ class SandboxConfig(BaseModel):
     """bwrap: more host folders bound read-only at their own paths (a paper's asset cache)."""
     env: dict[str, str] = {}
     """More environment variables of the sandbox's shell (a paper's overlay ``env``)."""
+    warm_grading: bool = True
+    """Grading runs start from a warm process per paper environment that has imported the
+    tests' third-party modules (:mod:`rcb_env.sandbox.warm`); False: a fresh interpreter each."""
+    warm_processes: int = Field(default=4, ge=1)
+    """Warm processes kept alive at once per sandbox factory (each holds its paper's imports:
+    some hundred MiB with torch); the least recently used idle one makes room."""
     cgroup_root: Path = Path("/sys/fs/cgroup")
     """bwrap: where the cgroup hierarchies are mounted (or a delegated v2 subtree)."""
 

@@ -15,6 +15,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from rcb_env.sandbox.base import ExecResult, Executor, Limits, Sandbox, SandboxC
 from rcb_env.sandbox.cgroups import Cgroup, with_oom
 from rcb_env.sandbox.local import LocalExecutor
 from rcb_env.sandbox.session import ShellSession
+from rcb_env.sandbox.warm import WarmExecutor, WarmLaunch, WarmPool, preload_modules
 from rcb_env.task.models import Paper
 
 _SYSTEM_RO = ("/usr", "/etc", "/lib", "/lib64", "/bin", "/sbin")
@@ -103,6 +105,7 @@ def bwrap_command(
     env: Mapping[str, str],
     limits: Limits,
     identity: tuple[int, int] | None,
+    dirs: Sequence[str] = (),
 ) -> list[str]:
     """The full launcher: [drop privileges] [rlimits] bwrap <profile> -- (command follows)."""
     mb = 1024 * 1024
@@ -133,6 +136,8 @@ def bwrap_command(
         argv += ["--ro-bind", d, d]
     for src, dst in binds:
         argv += ["--bind", src, dst]
+    for d in dirs:
+        argv += ["--dir", d]
     # The sandbox's own root (bwrap's tmpfs) read-only too: only /tmp and the binds are writable.
     argv += ["--remount-ro", "/", "--chdir", cwd, "--clearenv"]
     for k, v in env.items():
@@ -190,6 +195,48 @@ class BwrapExecutor:
             return with_oom(result, 0, group.memory_events())
         finally:
             group.remove()
+
+    def _group(self) -> Cgroup:
+        return Cgroup(
+            self.config.limits,
+            self.config.cgroup_parent,
+            policy=self.config.cgroup_limits,
+            root=self.config.cgroup_root,
+        )
+
+    def prepare(self, path: Path) -> None:
+        if self._identity is not None:
+            check_traversable(path.parent)
+            chown_tree(path, *self._identity)
+
+    def warm_command(
+        self, *, area: Path, control: Path, stage: str, env: Mapping[str, str]
+    ) -> WarmLaunch:
+        """The warm process's sandbox: this profile, with the grading area writable and the
+        control folder readable at their own paths, in a cgroup of its own."""
+        if self._identity is not None:
+            check_traversable(control.parent.parent)
+            chown_tree(control.parent, *self._identity)
+            for folder in (control.parent, area, control):
+                folder.chmod(0o711)
+        group = self._group()
+        prefix = [
+            *group.enter_command(),
+            *bwrap_command(
+                binds=[(str(area), str(area))],
+                ro_binds=(
+                    *_python_prefixes(self.python),
+                    *map(str, self.config.read_only),
+                    str(control),
+                ),
+                cwd="/",
+                env=env,
+                limits=self.config.limits,
+                identity=self._identity,
+                dirs=[stage],
+            ),
+        ]
+        return WarmLaunch(prefix=prefix, run_group=self._group, close=group.remove)
 
 
 class BwrapSandbox(Sandbox):
@@ -288,6 +335,9 @@ class BwrapBackend(Backend):
         if config.cgroup_limits != "off":
             cgroups.check(config.cgroup_limits, config.cgroup_root)
             cgroups.sweep(parent_name=config.cgroup_parent, root=config.cgroup_root)
+        self._warm = WarmPool(scratch, config.warm_processes)
+        self._modules: dict[str, tuple[str, ...]] = {}
+        self._lock = threading.Lock()
 
     @classmethod
     def probe(cls) -> str | None:
@@ -312,7 +362,24 @@ class BwrapBackend(Backend):
         return BwrapSandbox(template, self._for(paper), self.scratch)
 
     def grading_executor(self, paper: Paper) -> Executor:
-        return BwrapExecutor(self._for(paper), self.scratch)
+        cold = BwrapExecutor(self._for(paper), self.scratch)
+        if not self.config.warm_grading:
+            return cold
+        with self._lock:
+            if paper.id not in self._modules:
+                self._modules[paper.id] = preload_modules(paper)
+            modules = self._modules[paper.id]
+        return WarmExecutor(
+            cold,
+            cold,
+            self._warm,
+            python=cold.python,
+            modules=modules,
+            output_limit=self.config.output_limit,
+        )
+
+    def close(self) -> None:
+        self._warm.close()
 
     def sandbox_uids(self) -> set[int]:
         identity = _identity(self.config.user)

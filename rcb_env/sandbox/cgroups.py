@@ -198,6 +198,11 @@ class Cgroup:
         moves = "; ".join(f"echo $$ > {d}/cgroup.procs" for d in self.dirs)
         return ["sh", "-c", f'{moves}; exec "$@"', "rcb-cgroup"]
 
+    def add(self, pid: int) -> None:
+        """Move process ``pid`` (not its existing children) into the group."""
+        for d in self.dirs:
+            (d / "cgroup.procs").write_text(str(pid))
+
     def memory_events(self) -> tuple[int, bool]:
         """(OOM kills of the group's processes, whether the group ever reached its own limit).
         A kill while the group stayed below its limit came from memory pressure outside it:

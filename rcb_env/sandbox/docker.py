@@ -24,6 +24,7 @@ from rcb_env.sandbox.backend import Backend
 from rcb_env.sandbox.base import ExecResult, Executor, Limits, Sandbox, SandboxConfig, chown_tree
 from rcb_env.sandbox.images import LABEL
 from rcb_env.sandbox.session import ShellSession
+from rcb_env.sandbox.warm import WarmExecutor, WarmLaunch, WarmPool, preload_modules
 from rcb_env.task.models import Paper
 
 if TYPE_CHECKING:
@@ -216,6 +217,26 @@ class DockerExecutor:
         self.config = config
         self.docker = docker if docker is not None else client()
 
+    def prepare(self, path: Path) -> None:
+        chown_tree(path, UID, GID)
+
+    def warm_command(
+        self, *, area: Path, control: Path, stage: str, env: Mapping[str, str]
+    ) -> WarmLaunch:
+        """A warm process in a long-lived container of this image (see :class:`_WarmContainer`)."""
+        chown_tree(control.parent, UID, GID)
+        for folder in (control.parent, area, control):
+            folder.chmod(0o711)
+        box = _WarmContainer(self)
+        return WarmLaunch(
+            prefix=box.command(area, control, stage, env),
+            run_group=box.run_group,
+            close=box.close,
+            env=dict(os.environ),
+            search_root=box.search_root,
+            run_env=box.run_env,
+        )
+
     def run(
         self,
         argv: Sequence[str],
@@ -281,6 +302,110 @@ class DockerExecutor:
         )
 
 
+class _WarmContainer:
+    """The container of one warm process (started by the docker CLI with its stdin and stdout
+    as the protocol's pipes) and its per-run cgroups, nested in the container's own."""
+
+    #: The container may hold its warm process and this many runs at their full limits.
+    RUNS = 3
+
+    def __init__(self, executor: DockerExecutor) -> None:
+        import uuid
+
+        self.executor = executor
+        self.name = f"rcb-warm-{uuid.uuid4().hex[:12]}"
+        self.parent: str | None = None
+
+    def command(self, area: Path, control: Path, stage: str, env: Mapping[str, str]) -> list[str]:
+        limits = self.executor.config.limits
+        mem = limits.memory_mb * (self.RUNS + 1)
+        fsize = limits.file_size_mb * 1024 * 1024
+        argv = [
+            "docker",
+            "run",
+            "-i",
+            "--rm",
+            "--name",
+            self.name,
+            "--network",
+            "none",
+            "--read-only",
+            "--tmpfs",
+            "/tmp:rw,exec,size=512m,mode=1777",
+            "--tmpfs",
+            f"{stage}:rw,size=1m",
+            "--cap-drop",
+            "ALL",
+            "--security-opt",
+            "no-new-privileges",
+            # The warm process builds each run's namespaces itself (user, mount, PID, network,
+            # IPC), which Docker's default seccomp profile refuses, and mounts each run's own
+            # /proc, which Docker's masked /proc paths refuse; the runs are confined by those
+            # namespaces, no capability, and this container.
+            "--security-opt",
+            "seccomp=unconfined",
+            "--security-opt",
+            "systempaths=unconfined",
+            "--init",
+            "--user",
+            USER,
+            "--memory",
+            f"{mem}m",
+            "--memory-swap",
+            f"{mem}m",
+            "--pids-limit",
+            str(limits.pids * (self.RUNS + 1)),
+            "--ulimit",
+            f"nofile={limits.nofile}:{limits.nofile}",
+            "--ulimit",
+            f"fsize={fsize}:{fsize}",
+            "--ulimit",
+            "core=0",
+            "--label",
+            f"{LABEL}=1",
+            "--label",
+            f"{LABEL_OWNER}={owner_label()}",
+            "--label",
+            f"{LABEL_ROLE}=warm-grading",
+            "-v",
+            f"{area}:{area}",
+            "-v",
+            f"{control}:{control}:ro",
+            "-w",
+            "/",
+        ]
+        for k, v in env.items():
+            argv += ["-e", f"{k}={v}"]
+        return [*argv, self.executor.image]
+
+    def search_root(self, _launcher_pid: int) -> int:
+        """The container's init on the host; also finds the container's cgroup."""
+        with docker_errors("inspecting the warm container"):
+            container = self.executor.docker.containers.get(self.name)
+            pid = int(container.attrs["State"]["Pid"])
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+                _, controllers, path = line.split(":", 2)
+                if "memory" in controllers.split(",") or controllers == "":
+                    self.parent = path.strip("/")
+                    break
+        return pid
+
+    def run_group(self) -> Any:
+        from rcb_env.sandbox.cgroups import Cgroup
+
+        if self.parent is None:
+            raise SandboxError("the warm container's cgroup is unknown")
+        return Cgroup(self.executor.config.limits, self.parent, policy="required")
+
+    def run_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        return {**env, "PATH": f"{Path(INTERPRETER).parent}:/usr/local/bin:/usr/bin:/bin"}
+
+    def close(self) -> None:
+        with contextlib.suppress(SandboxError), docker_errors("removing the warm container"):
+            self.executor.docker.api.remove_container(self.name, force=True)
+
+
 def list_containers(docker: Any, label: str = LABEL) -> list[dict[str, Any]]:
     """Containers with ``label`` (``key`` or ``key=value``), running or not, as the engine's list
     answers them (``Id``, ``Labels``, ``State``): one call, so a container that another process
@@ -329,6 +454,8 @@ class DockerBackend(Backend):
         self._pool = ContainerPool(self._docker, config, scratch, config.pool_size)
         self._images: dict[str, str] = {}
         self._lock = threading.Lock()
+        self._warm = WarmPool(scratch, config.warm_processes)
+        self._modules: dict[str, tuple[str, ...]] = {}
 
     @classmethod
     def probe(cls) -> str | None:
@@ -364,7 +491,21 @@ class DockerBackend(Backend):
         return DockerSandbox(template, self.config, self.scratch, slot)
 
     def grading_executor(self, paper: Paper) -> Executor:
-        return DockerExecutor(self.image(paper), self.config, self._docker)
+        cold = DockerExecutor(self.image(paper), self.config, self._docker)
+        if not self.config.warm_grading:
+            return cold
+        with self._lock:
+            if paper.id not in self._modules:
+                self._modules[paper.id] = preload_modules(paper)
+            modules = self._modules[paper.id]
+        return WarmExecutor(
+            cold,
+            cold,
+            self._warm,
+            python=INTERPRETER,
+            modules=modules,
+            output_limit=self.config.output_limit,
+        )
 
     def warm(self, papers: Sequence[Paper]) -> None:
         if self.config.pool_size > 0:
@@ -372,6 +513,7 @@ class DockerBackend(Backend):
                 self._pool.warm(self.image(paper))
 
     def close(self) -> None:
+        self._warm.close()
         self._pool.close()
 
     def sandbox_uids(self) -> set[int]:

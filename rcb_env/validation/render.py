@@ -14,6 +14,7 @@ def print_validation(out: Console, report: ValidationReport, root_label: str) ->
     table.add_column("paper", no_wrap=True)
     for col in ("snippets", "weight", *[s.value for s in Status], "reference", "seconds"):
         table.add_column(col, justify="right")
+    table.add_column("grading")
     for p in report.papers:
         counts = {s: 0 for s in Status}
         for s in p.snippet_reports:
@@ -26,9 +27,10 @@ def print_validation(out: Console, report: ValidationReport, root_label: str) ->
             *[str(counts[s]) for s in Status],
             f"{ref_passes}/{len(p.reference)}",
             f"{p.duration_s:.1f}",
+            p.grading_path.split(":", 1)[0],
         )
     for f in report.load_failures:
-        table.add_row(f"[red]{f.paper}[/red]", "load error", *[""] * (len(Status) + 3))
+        table.add_row(f"[red]{f.paper}[/red]", "load error", *[""] * (len(Status) + 4))
     total = report.counts()
     table.add_section()
     table.add_row(
@@ -38,8 +40,12 @@ def print_validation(out: Console, report: ValidationReport, root_label: str) ->
         *[str(total[s]) for s in Status],
         "",
         "",
+        "",
     )
     out.print(table)
+    for p in report.papers:
+        if p.grading_path.startswith("cold: "):
+            out.print(f"{p.id} graded cold: {p.grading_path[6:]}", highlight=False, soft_wrap=True)
     for p in report.papers:
         if p.reference and not all(r.outcome == "passed" for r in p.reference):
             bad = next(r for r in p.reference if r.outcome != "passed")

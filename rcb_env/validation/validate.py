@@ -14,6 +14,7 @@ from enum import StrEnum
 from rcb_env._common import Frozen
 from rcb_env.grading.grader import Grader
 from rcb_env.grading.models import GradeResult, Outcome
+from rcb_env.sandbox.base import Executor
 from rcb_env.task.models import LoadFailure, Paper, Pset, Snippet
 from rcb_env.task.source import source_for
 from rcb_env.validation.exercise import Reach, ReachKind
@@ -93,6 +94,10 @@ class PaperReport(Frozen):
     """From the paper's overlay: why it may not run here."""
     snippet_reports: tuple[SnippetReport, ...]
     duration_s: float
+    grading_path: str = "cold"
+    """How this paper's runs were graded: ``warm`` (every run forked from its warm process),
+    ``cold``, or ``cold: <why>`` (the warm path was meant but not usable, e.g. imports that
+    start threads)."""
 
 
 class ValidationReport(Frozen):
@@ -158,21 +163,27 @@ def validate(
     repeat: int = 1,
     on_done: Callable[[str], None] | None = None,
     everything: Pset | None = None,
+    executor_for: Callable[[Paper], Executor] | None = None,
 ) -> ValidationReport:
     """Grade every test file's reference ``repeat`` times and every snippet's masked and pass
     bodies, with ``jobs`` gradings in parallel; check statically that each snippet's test
     reaches it (over ``everything`` when given: the whole selection, including what cannot run
-    here)."""
+    here). ``executor_for`` gives each paper its sandbox's grading executor (default: the
+    grader's own, for every paper)."""
     started: dict[str, float] = {p.id: time.monotonic() for p in pset.papers}
     # Validation measures the references themselves: raw verdicts, no pristine gate.
-    grader = Grader(
-        grader.config.model_copy(update={"require_pristine": False}),
-        executor=grader.executor,
-        scratch=grader.scratch,
-    )
+    cfg = grader.config.model_copy(update={"require_pristine": False})
+    graders = {
+        p.id: Grader(
+            cfg,
+            executor=executor_for(p) if executor_for is not None else grader.executor,
+            scratch=grader.scratch,
+        )
+        for p in pset.papers
+    }
 
     def run(paper: Paper, snippet: Snippet, body: str, label: str) -> GradeResult:
-        result = grader.grade(paper, snippet, body)
+        result = graders[paper.id].grade(paper, snippet, body)
         if on_done is not None:
             on_done(f"{snippet.id} [{label}]")
         return result
@@ -199,8 +210,10 @@ def validate(
             groups = _test_groups(p)
             results = {g.name: [f.result() for f in refs[(p.id, g.name)]] for g in groups}
             reports = []
+            paths = [r.grading_path for rs in results.values() for r in rs]
             for s in p.snippets:
                 masked, mutant = (f.result() for f in per_snippet[s.id])
+                paths += [masked.grading_path, mutant.grading_path]
                 reached = source_for(p).reach(p, s)
                 reference = results[Grader.health_snippet(p, s).name]
                 reports.append(
@@ -222,6 +235,7 @@ def validate(
                     known_issue=p.overlay.known_issue,
                     snippet_reports=tuple(reports),
                     duration_s=round(time.monotonic() - started[p.id], 3),
+                    grading_path=_path_of(paths),
                 )
             )
     runnable_ids = {s.id for s in pset.snippets}
@@ -232,6 +246,11 @@ def validate(
         load_failures=pset.failures,
         static=static_findings(everything or pset, runnable_ids),
     )
+
+
+def _path_of(paths: list[str]) -> str:
+    """One paper's grading path: ``warm`` if every run was, else the first other one."""
+    return next((p for p in paths if p != "warm"), "warm" if paths else "cold")
 
 
 def _test_groups(paper: Paper) -> list[Snippet]:

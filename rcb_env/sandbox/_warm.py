@@ -1,0 +1,388 @@
+"""rcb-env's warm grading process. Runs INSIDE the task interpreter and sandbox, so it imports only
+the standard library and keeps to syntax older Pythons accept.
+
+Usage: ``python _warm.py CONFIG_JSON`` (CONFIG_JSON: a file with ``modules``, the third-party
+modules to import once, ``area``, the folder where every grading copy lies, and ``stage``, an
+empty folder of the sandbox).
+
+It imports the modules, checks that forking is safe afterwards (one thread, no CUDA context),
+and then serves gradings over its standard input and output (JSON lines; see
+:mod:`rcb_env.sandbox.warm` for the host's side):
+
+- out ``{"event": "ready", "pid": P, "imported": [...], "failed": {...}}``, or
+  ``{"event": "unsafe", "why": "..."}`` and it exits;
+- in ``{"op": "run", "id": I, "argv": [...], "cwd": C, "env": {...}, "run_dir": D, "out": O,
+  "err": E}``: a manager process is forked and reported (``{"event": "started", "id": I,
+  "pid": M}``); it waits for ``{"op": "go", "id": I}`` (the host moves it into the run's cgroup
+  first), then builds the run's own namespaces and reports ``{"event": "exit", "id": I,
+  "status": S}`` (a wait status) or ``{"event": "exit", "id": I, "error": "..."}``.
+
+The tested code never runs in this process. Each run happens three forks away, in a new user,
+mount, PID, network, IPC and UTS namespace, where the run sees only its own grading copy (the
+rest of the area is covered), fresh ``/tmp`` and ``/dev/shm``, its own ``/proc``, no capability,
+and this process not at all: nothing it does (signals, tracing, writes, files or threads left
+behind, SysV IPC, sockets) reaches this process or a later run. This process is not dumpable,
+so its memory cannot be read or written through ``/proc`` either. The run's interpreter is a copy
+of this one after the imports; it runs rcb-env's test runner exactly as ``python runner.py ...``
+would (argv, ``sys.path[0]``, environment, fresh random seeds, the imports' own output first).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import io
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import traceback
+from typing import Any
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUTS = 0x04000000
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWPID = 0x20000000
+_CLONE_NEWNET = 0x40000000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
+_MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
+_MNT_DETACH = 2
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS = 1, 4, 38
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_proto = -1
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
+    _check(
+        _libc.mount(
+            source.encode() if source else None,
+            target.encode(),
+            fstype.encode() if fstype else None,
+            ctypes.c_ulong(flags),
+            data.encode() if data else None,
+        ),
+        f"mount {target}",
+    )
+
+
+def _prctl(option: int, value: int) -> None:
+    _check(_libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0), f"prctl {option}")
+
+
+def _drop_capabilities() -> None:
+    """No capability left, none to gain: the run cannot undo its mounts."""
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [
+            ("effective", ctypes.c_uint32),
+            ("permitted", ctypes.c_uint32),
+            ("inheritable", ctypes.c_uint32),
+        ]
+
+    header = Header(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (Data * 2)()
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+
+
+def _send(event: dict[str, Any]) -> None:
+    os.write(_proto, json.dumps(event).encode() + b"\n")
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def _preimport(modules: list[str]) -> tuple[list[str], dict[str, str], str | None, bytes, bytes]:
+    """Import ``modules``; their output is kept (each run shows it first, as a cold start
+    would). Returns (imported, failed, why unsafe, stdout, stderr)."""
+    imported: list[str] = []
+    failed: dict[str, str] = {}
+    unsafe = None
+    captured = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]  # noqa: SIM115 - closed below
+    saved = []
+    for fd, sink in ((1, captured[0]), (2, captured[1])):
+        saved.append(os.dup(fd))
+        os.dup2(sink.fileno(), fd)
+    try:
+        for name in modules:
+            try:
+                __import__(name)
+                imported.append(name)
+            except BaseException as exc:
+                failed[name] = f"{type(exc).__name__}: {exc}"[:300]
+            if _threads() > 1:
+                unsafe = f"importing {name} started {_threads() - 1} thread(s)"
+                break
+        torch = sys.modules.get("torch")
+        cuda = getattr(torch, "cuda", None)
+        if unsafe is None and cuda is not None:
+            try:
+                if cuda.is_initialized():
+                    unsafe = "a CUDA context exists after the imports"
+            except Exception:
+                pass
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, old in ((1, saved[0]), (2, saved[1])):
+            os.dup2(old, fd)
+            os.close(old)
+    out, err = b"", b""
+    for i, sink in enumerate(captured):
+        sink.seek(0)
+        data = sink.read()
+        sink.close()
+        if i == 0:
+            out = data
+        else:
+            err = data
+    return imported, failed, unsafe, out, err
+
+
+def _isolate(area: str, stage: str, run_dir: str) -> None:
+    """Namespaces for one run: only ``run_dir`` of the area stays visible."""
+    uid, gid = os.getuid(), os.getgid()
+    flags = _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET
+    _check(_libc.unshare(flags | _CLONE_NEWIPC | _CLONE_NEWUTS), "unshare")
+    with open("/proc/self/setgroups", "w") as f:
+        f.write("deny")
+    with open("/proc/self/uid_map", "w") as f:
+        f.write(f"{uid} {uid} 1")
+    with open("/proc/self/gid_map", "w") as f:
+        f.write(f"{gid} {gid} 1")
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    _mount(run_dir, stage, None, _MS_BIND | _MS_REC)
+    _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+    if os.path.isdir("/dev/shm"):
+        _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+    if os.path.isdir(area):
+        _mount("tmpfs", area, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755")
+    os.makedirs(run_dir, exist_ok=True)
+    _mount(stage, run_dir, None, _MS_BIND | _MS_REC)
+    _check(_libc.umount2(stage.encode(), _MNT_DETACH), "umount the stage")
+
+
+def _rewrite_process_strings(argv: list[str], env: dict[str, str]) -> None:
+    """Make ``/proc/self/cmdline`` and ``/proc/self/environ`` read as the cold run's would (its
+    command line and environment), by writing them over this process's original ones (the
+    launcher padded both with room to spare; Python keeps copies of what it uses)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        # arg_start, arg_end, env_start, env_end: fields 48-51 of proc(5), counted from 1.
+        arg_start, arg_end, env_start, env_end = (int(x) for x in fields[45:49])
+    except (OSError, ValueError, IndexError):
+        return
+    for start, end, items in (
+        (arg_start, arg_end, argv),
+        (env_start, env_end, [f"{k}={v}" for k, v in env.items()]),
+    ):
+        data = b"".join(os.fsencode(i) + b"\0" for i in items)
+        room = end - start
+        if start and len(data) <= room:
+            ctypes.memmove(start, data + b"\0" * (room - len(data)), room)
+
+
+def _reseed() -> None:
+    """What a fresh interpreter would have: new random seeds (torch's default generator starts
+    from a fixed seed in both)."""
+    random.seed()
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        with contextlib.suppress(Exception):
+            numpy_random.seed()
+
+
+def _worker(request: dict[str, Any], out_fd: int, err_fd: int, imports: tuple[bytes, bytes]) -> int:
+    """PID 2 of the run's namespace: rcb-env's runner, as ``python runner.py ARGS`` would."""
+    os.setsid()
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    for fd in (null, out_fd, err_fd):
+        os.close(fd)
+    os.closerange(3, 1024)
+    _drop_capabilities()
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    _rewrite_process_strings(list(request["argv"]), dict(request["env"]))
+    tempfile.tempdir = None
+    _reseed()
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r"))
+    os.write(1, imports[0])
+    os.write(2, imports[1])
+    import runpy
+
+    argv = list(request["argv"][1:])
+    sys.argv = argv
+    sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+    code = 0
+    try:
+        runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    return code
+
+
+def _init(request: dict[str, Any], out_fd: int, err_fd: int, status_w: int, imports: Any) -> None:
+    """PID 1 of the run's namespace: mount its /proc, start the worker, reap until it ends, pass
+    its status on. When this process ends, the kernel kills whatever is left in the namespace."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        os.close(status_w)
+        code = 1
+        try:
+            code = _worker(request, out_fd, err_fd, imports)
+        finally:
+            try:
+                import atexit
+
+                atexit._run_exitfuncs()
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code & 0xFF)
+    # Closed from here on (the worker was forked open: tests read their own /proc/self/fd):
+    # the run cannot trace this process to forge the status it passes on.
+    _prctl(_PR_SET_DUMPABLE, 0)
+    os.close(out_fd)
+    os.close(err_fd)
+    while True:
+        try:
+            reaped, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(0)
+        if reaped == pid:
+            os.write(status_w, str(status).encode())
+            os._exit(0)
+
+
+def _manager(request: dict[str, Any], go_r: int, config: dict[str, Any], imports: Any) -> None:
+    """Outside the run's namespaces: wait for the host's go, build them, report the status."""
+    rid = request["id"]
+    try:
+        _prctl(_PR_SET_DUMPABLE, 1)  # to write its own uid_map; the warm process stays closed
+        if os.read(go_r, 1) != b"g":
+            os._exit(0)
+        os.close(go_r)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        out_fd = os.open(request["out"], flags, 0o600)
+        err_fd = os.open(request["err"], flags, 0o600)
+        _isolate(config["area"], config["stage"], request["run_dir"])
+        status_r, status_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(status_r)
+            os.close(_proto)
+            try:
+                _init(request, out_fd, err_fd, status_w, imports)
+            finally:
+                os._exit(1)
+        os.close(status_w)
+        os.close(out_fd)
+        os.close(err_fd)
+        data = b""
+        while True:
+            chunk = os.read(status_r, 64)
+            if not chunk:
+                break
+            data += chunk
+        _, init_status = os.waitpid(pid, 0)
+        status = int(data) if data else init_status
+        _send({"event": "exit", "id": rid, "status": status})
+    except BaseException as exc:
+        _send({"event": "exit", "id": rid, "error": f"{type(exc).__name__}: {exc}"})
+    os._exit(0)
+
+
+def main() -> None:
+    global _proto
+    with open(sys.argv[1], encoding="utf-8") as f:
+        config = json.load(f)
+    # The protocol on its own descriptor; the process's stdout and stderr go nowhere.
+    _proto = os.dup(1)
+    null = os.open("/dev/null", os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
+    _prctl(_PR_SET_DUMPABLE, 0)
+    imported, failed, unsafe, out, err = _preimport(list(config["modules"]))
+    if unsafe is not None:
+        _send({"event": "unsafe", "why": unsafe})
+        return
+    _send({"event": "ready", "pid": os.getpid(), "imported": imported, "failed": failed})
+    gates: dict[str, int] = {}
+
+    def reap(_signum: int, _frame: Any) -> None:
+        """Ended managers are reaped at once (nothing of a run outlives it, not even a zombie)."""
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+
+    signal.signal(signal.SIGCHLD, reap)
+    stdin = sys.stdin.buffer
+    while True:
+        line = stdin.readline()
+        if not line:
+            return
+        request = json.loads(line)
+        op = request.get("op")
+        if op == "quit":
+            return
+        if op == "run":
+            go_r, go_w = os.pipe()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                os.close(go_w)
+                for fd in gates.values():
+                    os.close(fd)
+                stdin.close()
+                _manager(request, go_r, config, (out, err))
+                os._exit(0)
+            os.close(go_r)
+            gates[request["id"]] = go_w
+            _send({"event": "started", "id": request["id"], "pid": pid})
+        elif op in ("go", "cancel"):
+            fd = gates.pop(str(request["id"]), -1)
+            if fd >= 0:
+                if op == "go":
+                    os.write(fd, b"g")
+                os.close(fd)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,661 @@
+"""Warm grading: per paper and task environment, a long-lived process in the paper's sandbox that
+has imported the heavy third-party modules its tests use, from which each grading starts in its
+own namespaces (:mod:`rcb_env.sandbox._warm` is that process; this is the host's side).
+
+- Which modules: everything the test files and the annotated files import
+  (:func:`preload_modules`), minus any name the paper itself defines (a local ``models.py``
+  must never be shadowed by an installed ``models``).
+- When not: a process whose imports start threads or a CUDA context reports itself unsafe, and
+  that paper grades cold (:attr:`WarmExecutor.path` says which and why).
+- Everything a cold run has, a warm run has: the same sandbox profile and rlimits (the warm
+  process starts under the same launcher), a cgroup per run (the run's manager is moved into
+  it before anything of the run exists), the wall-clock kill of the run's whole namespace, the
+  same runner with its signed report and reference guard, the same exit-status conventions.
+- A warm process that dies, cannot start, or answers nonsense raises :class:`WarmUnavailable`;
+  the grader then builds a fresh copy and grades it cold (same verdict, the reason in
+  ``discarded``). A key that failed :data:`MAX_STARTS` times stays cold for the run.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from rcb_env.errors import SandboxError
+from rcb_env.logs import get_logger
+from rcb_env.sandbox import scratch as scratch_dirs
+from rcb_env.sandbox._io import read_capped
+from rcb_env.sandbox.base import ExecResult, Executor
+from rcb_env.task.models import Paper
+from rcb_env.task.source import source_for
+
+log = get_logger(__name__)
+
+SOURCE = Path(__file__).with_name("_warm.py")
+#: A warm process that failed to start (or died) this often for one key is not tried again.
+MAX_STARTS = 3
+#: Per-run variables; everything else of the environment is the warm process's own.
+_PER_RUN_ENV = ("HOME", "TMPDIR")
+STAGE = "/.rcb-stage"
+_ROOM = 16384
+#: A warm process unused this long may be closed to make room for another.
+_IDLE_S = 10.0
+scratch_dirs.register_prefix("rcb-warm-")
+
+
+class WarmUnavailable(SandboxError):
+    """The warm path cannot grade this run; grade it cold."""
+
+
+def _modules_of(path: Path) -> list[str]:
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+    return names
+
+
+def _local_names(root: Path) -> set[str]:
+    """Every module or package name the paper's tree defines, at any depth."""
+    names: set[str] = set()
+    for _dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "__pycache__"]
+        names.update(dirnames)
+        names.update(f[:-3] for f in filenames if f.endswith(".py"))
+        names.update(f.split(".", 1)[0] for f in filenames if f.endswith((".so", ".pyd")))
+    return names
+
+
+def preload_modules(paper: Paper) -> tuple[str, ...]:
+    """The modules a warm process of ``paper`` imports (:func:`modules_for` its test files and
+    annotated files)."""
+    source = source_for(paper)
+    files: list[str] = []
+    for s in paper.snippets:
+        for f in (source.test_file(paper, s), s.file):
+            if f not in files:
+                files.append(f)
+    return modules_for(paper.root, files)
+
+
+def modules_for(root: Path, files: Sequence[str]) -> tuple[str, ...]:
+    """What ``files`` (relative to ``root``) import, in first-seen order, skipping relative
+    imports, ``__future__`` and anything whose top-level name the tree itself defines."""
+    local = _local_names(root)
+    wanted: list[str] = []
+    for f in files:
+        for name in _modules_of(root / f):
+            top = name.split(".", 1)[0]
+            if top == "__future__" or top in local or name in wanted:
+                continue
+            wanted.append(name)
+    return tuple(wanted)
+
+
+class RunGroup(Protocol):
+    """The resource group of one run (a cgroup)."""
+
+    def add(self, pid: int) -> None: ...
+    def kill_all(self) -> None: ...
+    def remove(self) -> None: ...
+    def memory_events(self) -> tuple[int, bool]: ...
+
+
+@dataclass
+class WarmLaunch:
+    prefix: list[str]
+    """The argv prefix (the interpreter and its arguments follow)."""
+    run_group: Callable[[], RunGroup]
+    """A new resource group for one run."""
+    close: Callable[[], None]
+    """Release what the launch holds (the warm process's own group, its container)."""
+    env: dict[str, str] | None = None
+    """The launcher's own environment (default: just PATH)."""
+    search_root: Callable[[int], int] | None = None
+    """Given the launcher's pid, the host pid under which the warm process runs (a container's
+    init); default: the launcher itself."""
+    run_env: Callable[[Mapping[str, str]], dict[str, str]] | None = None
+    """A run's environment as the cold executor would give it (e.g. the image's PATH)."""
+
+
+class Launcher(Protocol):
+    """What a cold executor provides so that a warm process can run in its sandbox."""
+
+    def warm_command(
+        self, *, area: Path, control: Path, stage: str, env: Mapping[str, str]
+    ) -> WarmLaunch:
+        """How to start a long-lived command in this sandbox, with ``area`` writable at its own
+        path, ``control`` readable, an empty folder ``stage`` and the environment ``env``."""
+        ...
+
+    def prepare(self, path: Path) -> None:
+        """Make ``path`` usable by the sandbox's user."""
+        ...
+
+
+def _status_file(pid: int) -> dict[str, str]:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return {}
+    return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError):
+                text = Path(f"/proc/{pid}/task/{tid}/children").read_text()
+                found += [int(p) for p in text.split()]
+    return found
+
+
+def _host_pid(root: int, inner: int, depth: int = 6) -> int | None:
+    """The host pid of the descendant of ``root`` that its own namespace calls ``inner``."""
+    level = [root]
+    for _ in range(depth):
+        following: list[int] = []
+        for pid in level:
+            ns = _status_file(pid).get("NSpid", "").split()
+            if len(ns) > 1 and ns[-1] == str(inner):
+                return pid
+            following += _children(pid)
+        level = following
+    return None
+
+
+@dataclass
+class _Waiter:
+    events: queue.Queue[dict[str, Any] | None]
+
+
+class WarmProcess:
+    """One warm process (one paper environment); runs any number of gradings at once."""
+
+    def __init__(
+        self,
+        launcher: Launcher,
+        *,
+        python: str,
+        env: Mapping[str, str],
+        modules: Sequence[str],
+        scratch: Path,
+        start_timeout_s: float = 300.0,
+    ) -> None:
+        self.launcher = launcher
+        self.python = python
+        self.modules = tuple(modules)
+        self.root = scratch_dirs.make("rcb-warm-", scratch)
+        self.area = self.root / "area"
+        self.control = self.root / "control"
+        self.area.mkdir()
+        self.control.mkdir()
+        shutil.copyfile(SOURCE, self.control / "warm.py")
+        config = {"modules": list(self.modules), "area": str(self.area), "stage": STAGE}
+        (self.control / "config.json").write_text(json.dumps(config))
+        # Room in the process's own command line and environment for a run's (see
+        # _warm._rewrite_process_strings).
+        own_env = {**env, "HOME": "/tmp", "TMPDIR": "/tmp", "RCB_WARM_ROOM": "." * _ROOM}
+        try:
+            self._launch = launcher.warm_command(
+                area=self.area, control=self.control, stage=STAGE, env=own_env
+            )
+        except (SandboxError, OSError) as exc:
+            self._discard()
+            raise WarmUnavailable(f"cannot launch a warm process: {exc}") from exc
+        prefix, self._group_factory = self._launch.prefix, self._launch.run_group
+        self._lock = threading.Lock()
+        self._waiters: dict[str, _Waiter] = {}
+        self._startup: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.dead = False
+        self.why_dead = ""
+        self.in_flight = 0
+        self.last_used = time.monotonic()
+        self.imported: list[str] = []
+        self.failed: dict[str, str] = {}
+        self.unsafe: str | None = None
+        self.startup_s = 0.0
+        start = time.monotonic()
+        try:
+            self._proc = subprocess.Popen(
+                [
+                    *prefix,
+                    python,
+                    str(self.control / "warm.py"),
+                    str(self.control / "config.json"),
+                    "." * _ROOM,
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=self._launch.env or {"PATH": os.environ.get("PATH", os.defpath)},
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self._discard()
+            raise WarmUnavailable(f"cannot start the warm process: {exc}") from exc
+        assert self._proc.stdin is not None
+        assert self._proc.stdout is not None
+        self._stdin: IO[bytes] = self._proc.stdin
+        self._reader = threading.Thread(
+            target=self._read, args=(self._proc.stdout,), daemon=True, name="rcb-warm-reader"
+        )
+        self._reader.start()
+        try:
+            hello = self._startup.get(timeout=start_timeout_s)
+        except queue.Empty:
+            hello = None
+        if hello is None or hello.get("event") != "ready":
+            why = (
+                f"unsafe to fork: {hello['why']}"
+                if hello is not None and hello.get("event") == "unsafe"
+                else "the warm process did not start"
+            )
+            if hello is not None and hello.get("event") == "unsafe":
+                self.unsafe = str(hello["why"])
+            self.close()
+            raise WarmUnavailable(why)
+        self.imported = list(hello.get("imported", []))
+        self.failed = dict(hello.get("failed", {}))
+        inner = int(hello["pid"])
+        try:
+            root = (
+                self._launch.search_root(self._proc.pid)
+                if self._launch.search_root
+                else self._proc.pid
+            )
+        except (SandboxError, OSError) as exc:
+            self.close()
+            raise WarmUnavailable(f"cannot find the warm process: {exc}") from exc
+        found = _host_pid(root, inner)
+        if found is None:
+            self.close()
+            raise WarmUnavailable("cannot find the warm process among the launcher's processes")
+        self._host = found
+        self.startup_s = time.monotonic() - start
+        log.info(
+            "warm process ready",
+            python=python,
+            imported=len(self.imported),
+            failed=sorted(self.failed),
+            seconds=round(self.startup_s, 2),
+        )
+
+    # the protocol ------------------------------------------------------------------------------
+    def _read(self, stream: IO[bytes]) -> None:
+        for line in stream:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                self._die("the warm process wrote something that is not the protocol")
+                return
+            rid = event.get("id")
+            if rid is None:
+                self._startup.put(event)
+                continue
+            with self._lock:
+                waiter = self._waiters.get(rid)
+            if waiter is not None:
+                waiter.events.put(event)
+        self._die("the warm process ended")
+
+    def _die(self, why: str) -> None:
+        with self._lock:
+            if not self.dead:
+                self.dead, self.why_dead = True, why
+            waiters = list(self._waiters.values())
+        self._startup.put(None)
+        for w in waiters:
+            w.events.put(None)
+
+    def _send(self, message: dict[str, Any]) -> None:
+        data = json.dumps(message).encode() + b"\n"
+        with self._lock:
+            if self.dead:
+                raise WarmUnavailable(f"warm process unavailable: {self.why_dead}")
+            try:
+                self._stdin.write(data)
+                self._stdin.flush()
+            except (OSError, ValueError) as exc:
+                raise WarmUnavailable(f"warm process unreachable: {exc}") from exc
+
+    @staticmethod
+    def _next(w: _Waiter, timeout: float, what: str) -> dict[str, Any]:
+        try:
+            event = w.events.get(timeout=timeout)
+        except queue.Empty:
+            raise WarmUnavailable(f"the warm process did not answer ({what})") from None
+        if event is None:
+            raise WarmUnavailable(f"the warm process ended ({what})")
+        return event
+
+    # one grading -------------------------------------------------------------------------------
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        timeout_s: float,
+        needles: tuple[str, ...],
+        writable: Path,
+        output_limit: int,
+    ) -> ExecResult:
+        """One grading run, like the cold executor's ``run``.
+
+        Raises:
+            WarmUnavailable: nothing was decided; grade cold in a fresh copy.
+        """
+        if writable.parent != self.area:
+            raise WarmUnavailable(f"{writable} is not a grading copy of this warm process")
+        rid = uuid.uuid4().hex
+        out, err = self.area / f".{rid}.out", self.area / f".{rid}.err"
+        waiter = _Waiter(queue.Queue())
+        with self._lock:
+            self._waiters[rid] = waiter
+            self.in_flight += 1
+            self.last_used = time.monotonic()
+        try:
+            self.launcher.prepare(writable)
+            group = self._group_factory()
+        except (SandboxError, OSError) as exc:
+            with self._lock:
+                self._waiters.pop(rid, None)
+                self.in_flight -= 1
+            raise WarmUnavailable(f"cannot prepare the run: {exc}") from exc
+        start = time.monotonic()
+        manager: int | None = None
+        expired = threading.Event()
+        timer: threading.Timer | None = None
+        try:
+            self._send(
+                {
+                    "op": "run",
+                    "id": rid,
+                    "argv": list(argv),
+                    "cwd": str(cwd),
+                    "env": self._launch.run_env(env) if self._launch.run_env else dict(env),
+                    "run_dir": str(writable),
+                    "out": str(out),
+                    "err": str(err),
+                }
+            )
+            started = self._next(waiter, 60, "start of a run")
+            manager = _host_pid(self._host, int(started["pid"]), depth=2)
+            if manager is None:
+                self._send({"op": "cancel", "id": rid})
+                raise WarmUnavailable("cannot find the run's manager process")
+            with contextlib.suppress(OSError):  # gone already: it reports the exit
+                group.add(manager)
+            before = group.memory_events()[0]
+
+            def on_timeout() -> None:
+                expired.set()
+                if manager is not None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(manager, signal.SIGKILL)
+                group.kill_all()
+                waiter.events.put({"event": "timeout"})
+
+            self._send({"op": "go", "id": rid})
+            timer = threading.Timer(timeout_s, on_timeout)
+            timer.start()
+            event = self._next(waiter, timeout_s + 120, "end of a run")
+            timer.cancel()
+            if expired.is_set() or event.get("event") == "timeout":
+                code, sig = None, signal.SIGKILL.value
+            elif "error" in event:
+                raise WarmUnavailable(f"the run could not be isolated: {event['error']}")
+            else:
+                status = int(event["status"])
+                if os.WIFSIGNALED(status):
+                    # As the cold sandbox reports a killed child: exit status 128 + signal.
+                    code, sig = 128 + os.WTERMSIG(status), None
+                else:
+                    code, sig = os.waitstatus_to_exitcode(status), None
+            duration = time.monotonic() - start
+            group.kill_all()
+            texts = []
+            found: set[str] = set()
+            for path in (out, err):
+                try:
+                    with path.open("rb") as f:
+                        text, hits = read_capped(f, output_limit, needles)
+                except OSError:
+                    text, hits = "", set()
+                texts.append(text)
+                found |= hits
+            result = ExecResult(
+                exit_code=code,
+                signal=sig,
+                timed_out=expired.is_set(),
+                stdout=texts[0],
+                stderr=texts[1],
+                duration_s=duration,
+                found=tuple(n for n in needles if n in found),
+                warm=True,
+            )
+            from rcb_env.sandbox.cgroups import with_oom
+
+            return with_oom(result, before, group.memory_events())
+        finally:
+            if timer is not None:
+                timer.cancel()
+            group.remove()
+            with self._lock:
+                self._waiters.pop(rid, None)
+                self.in_flight -= 1
+                self.last_used = time.monotonic()
+            for path in (out, err):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+
+    @property
+    def host_pid(self) -> int:
+        """The warm process's pid on the host."""
+        return self._host
+
+    def memory_bytes(self) -> int:
+        """Resident memory of the warm process (its pages shared with every run it starts)."""
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            return int(_status_file(self._host)["VmRSS"].split()[0]) * 1024
+        return 0
+
+    def close(self) -> None:
+        proc = getattr(self, "_proc", None)
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(OSError, ValueError):
+                self._stdin.close()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        self._die("closed")
+        self._discard()
+
+    def _discard(self) -> None:
+        launch = getattr(self, "_launch", None)
+        if launch is not None:
+            launch.close()
+        scratch_dirs.discard(self.root)
+
+
+def _key(python: str, env: Mapping[str, str], modules: Sequence[str]) -> tuple[str, ...]:
+    kept = sorted(f"{k}={v}" for k, v in env.items() if k not in _PER_RUN_ENV)
+    return (python, *kept, "\0", *modules)
+
+
+class WarmPool:
+    """The warm processes of one sandbox factory, by paper environment, at most ``limit`` alive
+    (starting another closes the least recently used idle one). Thread-safe."""
+
+    def __init__(self, scratch: Path, limit: int = 4, idle_s: float = _IDLE_S) -> None:
+        self.scratch = scratch
+        self.limit = max(1, limit)
+        self.idle_s = idle_s
+        self._lock = threading.Lock()
+        self._procs: dict[tuple[str, ...], WarmProcess] = {}
+        self._starting: dict[tuple[str, ...], threading.Lock] = {}
+        self._failures: dict[tuple[str, ...], list[str]] = {}
+        self.closed = False
+
+    def get(
+        self, launcher: Launcher, python: str, env: Mapping[str, str], modules: Sequence[str]
+    ) -> WarmProcess:
+        """The live warm process of this environment, started on first use.
+
+        Raises:
+            WarmUnavailable: it cannot be had (unsafe, or failed to start too often).
+        """
+        key = _key(python, env, modules)
+        with self._lock:
+            if self.closed:
+                raise WarmUnavailable("the warm pool is closed")
+            gate = self._starting.setdefault(key, threading.Lock())
+        with gate:
+            with self._lock:
+                proc = self._procs.get(key)
+                failures = self._failures.get(key, [])
+            if proc is not None and not proc.dead:
+                proc.last_used = time.monotonic()
+                return proc
+            if proc is not None:
+                failures.append(proc.why_dead)
+                proc.close()
+            if len(failures) >= MAX_STARTS or any(f.startswith("unsafe") for f in failures):
+                raise WarmUnavailable(f"warm grading is off for this environment: {failures[-1]}")
+            self._evict()
+            try:
+                proc = WarmProcess(
+                    launcher, python=python, env=env, modules=modules, scratch=self.scratch
+                )
+            except WarmUnavailable as exc:
+                with self._lock:
+                    self._failures.setdefault(key, []).append(str(exc))
+                    self._procs.pop(key, None)
+                raise
+            with self._lock:
+                self._procs[key] = proc
+                self._failures[key] = failures
+            return proc
+
+    def _evict(self) -> None:
+        """Make room for one more: close idle processes, least recently used first."""
+        with self._lock:
+            live = [(k, p) for k, p in self._procs.items() if not p.dead]
+            # Idle for a while: a process handed out a moment ago is about to be used.
+            now = time.monotonic()
+            idle = sorted(
+                (p.last_used, k)
+                for k, p in live
+                if p.in_flight == 0 and now - p.last_used >= self.idle_s
+            )
+            excess = len(live) + 1 - self.limit
+            victims = [self._procs.pop(k) for _, k in idle[: max(0, excess)]]
+        for p in victims:
+            log.info("closing an idle warm process", python=p.python)
+            p.close()
+
+    def processes(self) -> list[WarmProcess]:
+        with self._lock:
+            return [p for p in self._procs.values() if not p.dead]
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            procs = list(self._procs.values())
+            self._procs.clear()
+        for p in procs:
+            p.close()
+
+
+class WarmExecutor:
+    """An :class:`~rcb_env.sandbox.base.Executor` that grades in a warm process of the paper
+    and says when it cannot (:class:`WarmUnavailable`); :attr:`cold` is the executor to use
+    then. The grader creates each grading copy in :meth:`area` so the warm process sees it."""
+
+    def __init__(
+        self,
+        cold: Executor,
+        launcher: Launcher,
+        pool: WarmPool,
+        *,
+        python: str,
+        modules: Sequence[str],
+        output_limit: int,
+    ) -> None:
+        self.cold = cold
+        self.launcher = launcher
+        self.pool = pool
+        self.python = python
+        self.modules = tuple(modules)
+        self.output_limit = output_limit
+        self.interpreter: str | None = cold.interpreter
+        self.image = getattr(cold, "image", "")
+        self.path = "warm"
+        """``warm``, or ``cold: <why>`` once the warm process turned out unusable."""
+
+    def process(self, env: Mapping[str, str]) -> WarmProcess:
+        try:
+            return self.pool.get(self.launcher, self.python, env, self.modules)
+        except WarmUnavailable as exc:
+            self.path = f"cold: {exc}"
+            raise
+
+    def area(self, env: Mapping[str, str], python: str) -> Path:
+        """Where the grading copy of a run with ``env`` (per-run folders aside) under
+        ``python`` must be created.
+
+        Raises:
+            WarmUnavailable: no warm process for it.
+        """
+        if Path(python) != Path(self.python):
+            raise WarmUnavailable(f"the warm process runs {self.python}, not {python}")
+        return self.process(env).area
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        timeout_s: float,
+        needles: tuple[str, ...] = (),
+        writable: Path | None = None,
+    ) -> ExecResult:
+        if writable is None:
+            raise WarmUnavailable("a warm run needs its grading copy")
+        if Path(argv[0]) != Path(self.python):
+            raise WarmUnavailable(f"the warm process runs {self.python}, not {argv[0]}")
+        proc = self.process(env)
+        return proc.run(
+            argv,
+            cwd=cwd,
+            env=env,
+            timeout_s=timeout_s,
+            needles=needles,
+            writable=writable,
+            output_limit=self.output_limit,
+        )

@@ -1,0 +1,141 @@
+"""Warm vs cold grading: the same candidates graded both ways must get the same verdict (outcome,
+kind, the official rule, per-test results). Used by the tests on the bundled tasks and by
+``python -m rcb_env.validation.equivalence`` (``make equivalence``) on any task set.
+
+The candidates per snippet: the reference (oracle), the masked placeholder (null) and ``pass``;
+for the reward-hack target, every body of the hack suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any
+
+from rcb_env._common import Frozen
+from rcb_env.grading.grader import Grader, GradingConfig
+from rcb_env.grading.models import GradeResult
+from rcb_env.sandbox import SandboxConfig, SandboxFactory
+from rcb_env.task.models import Paper, Pset, Snippet
+from rcb_env.validation.hacks import ATTACKS, TARGET
+
+
+class Difference(Frozen):
+    snippet: str
+    candidate: str
+    warm: str
+    cold: str
+
+
+class Comparison(Frozen):
+    cases: int
+    differences: tuple[Difference, ...]
+    not_warm: dict[str, str]
+    """Paper id -> the path its warm gradings took when that was not ``warm``."""
+    warm_s: float
+    cold_s: float
+
+
+def verdict(r: GradeResult) -> tuple[Any, ...]:
+    """What must not depend on the path."""
+    return (r.outcome, r.kind, r.official_pass, tuple((t.name, t.status) for t in r.tests))
+
+
+def candidates(paper: Paper, snippet: Snippet) -> Iterator[tuple[str, str]]:
+    body = snippet.reference_body
+    indent = body[: len(body) - len(body.lstrip())]
+    yield "oracle", body
+    yield "null", snippet.todo_body()
+    yield "pass", f"{indent}pass\n"
+    if (paper.id, snippet.name) == TARGET:
+        yield from ATTACKS.items()
+
+
+def _grade(graders: dict[str, Grader], case: tuple[Paper, Snippet, str, str]) -> GradeResult:
+    paper, snippet, _, body = case
+    return graders[paper.id].grade(paper, snippet, body)
+
+
+def compare(
+    pset: Pset, sandbox: SandboxConfig, *, jobs: int = 1, timeout_s: float = 300.0
+) -> Comparison:
+    """Grade every candidate of every snippet of ``pset`` cold, then warm, ``jobs`` at a time."""
+    cases = [
+        (p, s, name, body)
+        for p in pset.papers
+        for s in p.snippets
+        for name, body in candidates(p, s)
+    ]
+    results: dict[bool, list[GradeResult]] = {}
+    seconds: dict[bool, float] = {}
+    for warm in (False, True):
+        factory = SandboxFactory(sandbox.model_copy(update={"warm_grading": warm}))
+        try:
+            cfg = GradingConfig(timeout_s=timeout_s)
+            graders = {p.id: Grader(cfg, executor=factory.grading_executor(p)) for p in pset.papers}
+            start = time.monotonic()
+            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+                results[warm] = list(pool.map(partial(_grade, graders), cases))
+            seconds[warm] = time.monotonic() - start
+        finally:
+            factory.close()
+    differences = []
+    not_warm: dict[str, str] = {}
+    for (p, s, name, _), cold, warm_r in zip(cases, results[False], results[True], strict=True):
+        if warm_r.grading_path != "warm":
+            not_warm.setdefault(p.id, warm_r.grading_path)
+        if verdict(warm_r) != verdict(cold):
+            differences.append(
+                Difference(
+                    snippet=s.id,
+                    candidate=name,
+                    warm=f"{warm_r.outcome.value}/{warm_r.kind.value}: {warm_r.detail[:300]}",
+                    cold=f"{cold.outcome.value}/{cold.kind.value}: {cold.detail[:300]}",
+                )
+            )
+    return Comparison(
+        cases=len(cases),
+        differences=tuple(differences),
+        not_warm=not_warm,
+        warm_s=round(seconds[True], 1),
+        cold_s=round(seconds[False], 1),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    import rcb_env
+    from rcb_env.runner.eval import runnable
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--pset", default=None, help="Default: the bundled tasks.")
+    parser.add_argument("--paper", action="append", default=[])
+    parser.add_argument("--sandbox", default="bwrap")
+    parser.add_argument("--base", default=None, help="docker: the images' base.")
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args(argv)
+    from rcb_env.task import bundled_root
+
+    loaded = rcb_env.load(args.pset or str(bundled_root()), papers=set(args.paper) or None)
+    ready, _ = runnable(loaded)
+    sandbox = SandboxConfig(backend=args.sandbox)
+    if args.base:
+        sandbox = sandbox.model_copy(update={"docker_base": args.base})
+    result = compare(ready, sandbox, jobs=args.jobs)
+    print(
+        f"{result.cases} gradings per path over {len(ready.papers)} papers "
+        f"({len(ready.snippets)} snippets) on {args.sandbox}: cold {result.cold_s} s, "
+        f"warm {result.warm_s} s; {len(result.differences)} verdicts differ"
+    )
+    for paper, path in sorted(result.not_warm.items()):
+        print(f"  {paper}: graded {path}")
+    for d in result.differences:
+        print(f"  DIFFERS {d.snippet} [{d.candidate}]\n    warm {d.warm}\n    cold {d.cold}")
+    return 1 if result.differences else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,456 @@
+"""Warm grading (rcb_env.sandbox.warm): the same verdicts as a cold start, and no run can reach
+the warm process or a later run."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+import rcb_env
+from rcb_env import config
+from rcb_env.grading import Grader, GradingConfig
+from rcb_env.grading.models import GradeResult
+from rcb_env.sandbox import SandboxConfig, SandboxFactory, bwrap
+from rcb_env.sandbox.bwrap import BwrapExecutor
+from rcb_env.sandbox.warm import (
+    WarmExecutor,
+    WarmPool,
+    WarmProcess,
+    WarmUnavailable,
+    _children,
+    modules_for,
+    preload_modules,
+)
+from rcb_env.task.models import Paper, Pset, Snippet
+from rcb_env.validation.equivalence import compare, verdict
+from rcb_env.validation.hacks import ATTACKS, TARGET
+
+pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
+_I = " " * 8
+_WRONG = f"{_I}m_hat = v_hat = self.m\n"
+
+
+@pytest.fixture(scope="module")
+def tasks() -> Pset:
+    return rcb_env.load("tasks")
+
+
+@pytest.fixture(scope="module")
+def target(tasks: Pset) -> tuple[Paper, Snippet]:
+    paper = tasks.paper(TARGET[0])
+    return paper, paper.snippet(TARGET[1])
+
+
+@pytest.fixture(scope="module")
+def factories() -> Iterator[tuple[SandboxFactory, SandboxFactory]]:
+    reason = bwrap.probe()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"bwrap must work in CI: {reason}")
+        pytest.skip(reason)
+    warm = SandboxFactory(SandboxConfig(backend="bwrap"))
+    cold = SandboxFactory(SandboxConfig(backend="bwrap", warm_grading=False))
+    yield warm, cold
+    warm.close()
+    cold.close()
+
+
+def graders(
+    factories: tuple[SandboxFactory, SandboxFactory], paper: Paper, timeout_s: float = 60
+) -> tuple[Grader, Grader]:
+    cfg = GradingConfig(timeout_s=timeout_s)
+    warm, cold = factories
+    return (
+        Grader(cfg, executor=warm.grading_executor(paper)),
+        Grader(cfg, executor=cold.grading_executor(paper)),
+    )
+
+
+def warm_process(grader: Grader, env_paper: Paper) -> WarmProcess:
+    executor = grader.executor
+    assert isinstance(executor, WarmExecutor)
+    python = str(executor.python)
+    return executor.pool.get(
+        executor.launcher, python, grader._base_env(env_paper, Path(python)), executor.modules
+    )
+
+
+def test_every_bundled_snippet_and_every_hack_gets_the_cold_verdict_warm(
+    tasks: Pset, factories: tuple[SandboxFactory, SandboxFactory]
+) -> None:
+    result = compare(tasks, SandboxConfig(backend="bwrap"), jobs=2, timeout_s=15)
+    assert result.differences == ()
+    assert result.not_warm == {}
+    assert result.cases == 3 * len(tasks.snippets) + len(ATTACKS)
+
+
+SIGNAL_EVERYTHING = f"""\
+{_I}import os, signal
+{_I}seen = [int(d) for d in os.listdir('/proc') if d.isdigit() and int(d) != os.getpid()]
+{_I}for pid in seen:
+{_I}    for sig in (signal.SIGSTOP, signal.SIGKILL):
+{_I}        try:
+{_I}            os.kill(pid, sig)
+{_I}        except OSError:
+{_I}            pass
+{_I}try:
+{_I}    os.kill(-1, signal.SIGKILL)
+{_I}except OSError:
+{_I}    pass
+{_I}print('SEEN', seen)
+{_WRONG}"""
+
+TRACE_EVERYTHING = f"""\
+{_I}import os, ctypes
+{_I}libc = ctypes.CDLL(None, use_errno=True)
+{_I}got = []
+{_I}for d in os.listdir('/proc'):
+{_I}    if d.isdigit() and int(d) != os.getpid():
+{_I}        if libc.ptrace(16, int(d), 0, 0) == 0:
+{_I}            got.append(('ptrace', d))
+{_I}        try:
+{_I}            open('/proc/%s/mem' % d, 'r+b').close()
+{_I}            got.append(('mem', d))
+{_I}        except OSError:
+{_I}            pass
+{_I}print('GOT', got)
+{_WRONG}"""
+
+WRITE_EVERYWHERE = f"""\
+{_I}import os
+{_I}area = os.path.dirname(os.path.dirname(os.getcwd()))
+{_I}wrote = []
+{_I}for t in (area + '/evil', os.path.dirname(area) + '/control/evil', '/tmp/evil',
+{_I}          '/dev/shm/evil', os.environ['HOME'] + '/evil', '/evil'):
+{_I}    try:
+{_I}        open(t, 'w').write('x')
+{_I}        wrote.append(t)
+{_I}    except OSError:
+{_I}        pass
+{_I}print('WROTE', wrote, 'SIBLINGS', sorted(os.listdir(area)))
+{_WRONG}"""
+
+LEAVE_BEHIND = f"""\
+{_I}import os, socket, threading, time, ctypes
+{_I}def later():
+{_I}    time.sleep(0.5)
+{_I}    open('/tmp/thread-leak', 'w').write('x')
+{_I}threading.Thread(target=later, daemon=False).start()
+{_I}ctypes.CDLL(None).shmget(0x52434221, 4096, 0o1000 | 0o666)
+{_I}open('/tmp/file-leak', 'w').write('x')
+{_I}open('/dev/shm/file-leak', 'w').write('x')
+{_I}if os.fork() == 0:
+{_I}    os.setsid()
+{_I}    s = socket.socket(socket.AF_UNIX)
+{_I}    s.bind(chr(0) + 'rcb-leak')
+{_I}    s.listen(1)
+{_I}    time.sleep(1)
+{_I}    open('/dev/shm/process-leak', 'w').write('x')
+{_I}    time.sleep(120)
+{_I}    os._exit(0)
+{_WRONG}"""
+
+LOOK_FOR_LEFTOVERS = f"""\
+{_I}import os, socket, ctypes
+{_I}found = [p for p in ('/tmp/thread-leak', '/tmp/file-leak', '/dev/shm/file-leak',
+{_I}                     '/dev/shm/process-leak') if os.path.exists(p)]
+{_I}if ctypes.CDLL(None).shmget(0x52434221, 0, 0) != -1:
+{_I}    found.append('shm')
+{_I}s = socket.socket(socket.AF_UNIX)
+{_I}try:
+{_I}    s.connect(chr(0) + 'rcb-leak')
+{_I}    found.append('socket')
+{_I}except OSError:
+{_I}    pass
+{_I}found += [d for d in os.listdir('/proc') if d.isdigit() and int(d) not in (1, os.getpid())]
+{_I}print('FOUND', found)
+{_WRONG}"""
+
+
+def _live_descendants(pid: int) -> list[int]:
+    """Processes under ``pid`` that still run (ended runs' managers wait to be reaped)."""
+    found = []
+    for p in psutil.Process(pid).children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p.pid)
+    return found
+
+
+def test_a_run_can_neither_signal_nor_trace_nor_write_into_the_warm_process(
+    target: tuple[Paper, Snippet], factories: tuple[SandboxFactory, SandboxFactory]
+) -> None:
+    paper, snippet = target
+    warm, _ = graders(factories, paper)
+    assert warm.grade(paper, snippet, snippet.reference_body).grading_path == "warm"
+    proc = warm_process(warm, paper)
+    host = proc.host_pid
+    files = {p: p.read_bytes() for p in proc.control.iterdir()}
+
+    signalled = warm.grade(paper, snippet, SIGNAL_EVERYTHING)
+    assert signalled.grading_path == "warm"
+    assert not signalled.passed
+    # Its own /proc shows its namespace only: its init (1), nothing of the warm process.
+    assert "SEEN [1]" in signalled.stdout
+
+    traced = warm.grade(paper, snippet, TRACE_EVERYTHING)
+    assert traced.grading_path == "warm"
+    assert not traced.passed
+    assert "GOT []" in traced.stdout, traced.stdout[-500:]
+
+    wrote = warm.grade(paper, snippet, WRITE_EVERYWHERE)
+    assert wrote.grading_path == "warm"
+    assert not wrote.passed
+    # Its own HOME and /tmp, /dev/shm of its own; the area shows its own copy only.
+    assert "'/tmp/evil', '/dev/shm/evil'" in wrote.stdout
+    assert "'/grading/home/evil']" in wrote.stdout
+    siblings = wrote.stdout.split("SIBLINGS", 1)[1].splitlines()[0]
+    assert siblings.count("rcb-grade-") == 1, siblings
+    assert ".out" not in siblings
+    assert not list(proc.area.glob("evil"))
+    assert not (proc.control / "evil").exists()
+    assert {p: p.read_bytes() for p in proc.control.iterdir()} == files
+
+    # The same warm process, alive, untraced, still grading.
+    status = Path(f"/proc/{host}/status").read_text()
+    assert "TracerPid:\t0" in status
+    assert "State:\tS" in status
+    again = warm.grade(paper, snippet, snippet.reference_body)
+    assert again.passed
+    assert again.grading_path == "warm"
+    assert warm_process(warm, paper) is proc
+    assert proc.host_pid == host
+    if os.geteuid() == 0:
+        # Not dumpable: a process of the sandbox user on the host cannot open its memory.
+        probe = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=rcb-sandbox",
+                "--regid=rcb-sandbox",
+                "--clear-groups",
+                str(config.task_python()),
+                "-c",
+                f"open('/proc/{host}/mem', 'rb')",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert probe.returncode != 0
+        assert "PermissionError" in probe.stderr
+
+
+def test_a_run_leaves_nothing_for_the_next_one(
+    target: tuple[Paper, Snippet], factories: tuple[SandboxFactory, SandboxFactory]
+) -> None:
+    paper, snippet = target
+    warm, _ = graders(factories, paper)
+    assert warm.grade(paper, snippet, snippet.reference_body).grading_path == "warm"
+    host = warm_process(warm, paper).host_pid
+    left = warm.grade(paper, snippet, LEAVE_BEHIND)
+    assert left.grading_path == "warm"
+    assert not left.passed
+    time.sleep(2)  # the thread's and the process's writes would have happened by now
+    looked = warm.grade(paper, snippet, LOOK_FOR_LEFTOVERS)
+    assert looked.grading_path == "warm"
+    assert "FOUND []" in looked.stdout, looked.stdout[-800:]
+    assert _live_descendants(host) == []
+
+
+def test_a_warm_process_that_dies_mid_run_gives_the_cold_verdict(
+    target: tuple[Paper, Snippet], factories: tuple[SandboxFactory, SandboxFactory]
+) -> None:
+    paper, snippet = target
+    warm, cold = graders(factories, paper)
+    slow_wrong = f"{_I}import time\n{_I}time.sleep(3)\n{_WRONG}"
+    assert warm.grade(paper, snippet, snippet.reference_body).grading_path == "warm"
+    proc = warm_process(warm, paper)
+    out: list[GradeResult] = []
+    thread = threading.Thread(target=lambda: out.append(warm.grade(paper, snippet, slow_wrong)))
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not _children(proc.host_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _children(proc.host_pid), "the run never started"
+    os.kill(proc.host_pid, signal.SIGKILL)
+    thread.join(120)
+    (result,) = out
+    assert result.grading_path.startswith("cold: "), result.grading_path
+    assert verdict(result) == verdict(cold.grade(paper, snippet, slow_wrong))
+    # The next grading starts a new warm process.
+    after = warm.grade(paper, snippet, snippet.reference_body)
+    assert after.passed
+    assert after.grading_path == "warm"
+    assert warm_process(warm, paper).host_pid != proc.host_pid
+
+
+def test_the_wall_clock_limit_kills_a_warm_run_like_a_cold_one(
+    target: tuple[Paper, Snippet], factories: tuple[SandboxFactory, SandboxFactory]
+) -> None:
+    paper, snippet = target
+    warm, cold = graders(factories, paper, timeout_s=3)
+    spin = (
+        f"{_I}import os, time\n{_I}if os.fork() == 0:\n{_I}    time.sleep(300)\n"
+        f"{_I}while True:\n{_I}    pass\n"
+    )
+    w, c = warm.grade(paper, snippet, spin), cold.grade(paper, snippet, spin)
+    assert w.grading_path == "warm"
+    assert w.timed_out
+    assert c.timed_out
+    assert verdict(w) == verdict(c)
+    time.sleep(0.5)
+    assert _live_descendants(warm_process(warm, paper).host_pid) == []
+
+
+def _module_dir(name: str, body: str) -> Path:
+    folder = config.scratch_dir() / f"rcb-test-modules-{os.getpid()}-{name}"
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o755)
+    (folder / f"{name}.py").write_text(body)
+    (folder / f"{name}.py").chmod(0o644)
+    return folder
+
+
+def test_imports_that_start_threads_make_the_environment_grade_cold() -> None:
+    if bwrap.probe() is not None:
+        pytest.skip(str(bwrap.probe()))
+    threads = _module_dir(
+        "rcb_thread_at_import",
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True)"
+        ".start()\n",
+    )
+    plain = _module_dir("rcb_plain_module", "VALUE = 1\n")
+    scratch = config.scratch_dir()
+    python = str(config.task_python())
+    cfg = SandboxConfig(backend="bwrap", read_only=(threads, plain))
+    launcher = BwrapExecutor(cfg, scratch)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{threads}:{plain}"}
+    ok = WarmProcess(
+        launcher,
+        python=python,
+        env=env,
+        modules=["rcb_plain_module", "json", "no_such_module_here"],
+        scratch=scratch,
+    )
+    try:
+        assert ok.imported == ["rcb_plain_module", "json"]
+        assert "ModuleNotFoundError" in ok.failed["no_such_module_here"]
+    finally:
+        ok.close()
+    with pytest.raises(WarmUnavailable, match="unsafe to fork: importing rcb_thread_at_import"):
+        WarmProcess(
+            launcher, python=python, env=env, modules=["rcb_thread_at_import"], scratch=scratch
+        )
+    pool = WarmPool(scratch)
+    executor = WarmExecutor(
+        launcher, launcher, pool, python=python, modules=["rcb_thread_at_import"], output_limit=1000
+    )
+    with pytest.raises(WarmUnavailable, match="unsafe"):
+        executor.area(env, python)
+    assert executor.path.startswith("cold: ")
+    assert "thread" in executor.path
+    start = time.monotonic()
+    with pytest.raises(WarmUnavailable, match="warm grading is off"):
+        executor.area(env, python)
+    assert time.monotonic() - start < 1  # decided once: not started again
+    pool.close()
+
+
+def test_preloaded_modules_are_third_party_never_the_papers_own(tmp_path: Path) -> None:
+    root = tmp_path / "paper"
+    (root / "models").mkdir(parents=True)
+    (root / "models" / "__init__.py").write_text("")
+    (root / "utils.py").write_text("import numpy as np\nfrom scipy import linalg\nimport torch\n")
+    (root / "paper2code_test.py").write_text(
+        "from __future__ import annotations\nimport unittest, utils\nimport models.net\n"
+        "import torch.nn.functional as F\nfrom . import sibling\n"
+    )
+    found = modules_for(root, ["paper2code_test.py", "utils.py"])
+    assert found == ("unittest", "torch.nn.functional", "numpy", "scipy", "torch")
+
+
+def test_a_bundled_paper_preloads_numpy(tasks: Pset) -> None:
+    assert "numpy" in preload_modules(tasks.paper(TARGET[0]))
+
+
+@pytest.mark.docker
+def test_docker_grades_warm_in_a_container_per_image_with_the_cold_verdicts(
+    docker_images: str, tasks: Pset
+) -> None:
+    """The target paper's snippets and every hack, on docker: the same verdicts as a fresh
+    grading container each; then no run reaches the warm container's process."""
+    target_only = tasks.model_copy(update={"papers": (tasks.paper(TARGET[0]),)})
+    sandbox = SandboxConfig(backend="docker", docker_base=docker_images)
+    result = compare(target_only, sandbox, jobs=2, timeout_s=15)
+    assert result.differences == ()
+    assert result.not_warm == {}
+    assert result.warm_s < result.cold_s
+    paper = target_only.papers[0]
+    snippet = paper.snippet(TARGET[1])
+    factory = SandboxFactory(sandbox)
+    try:
+        grader = Grader(GradingConfig(timeout_s=60), executor=factory.grading_executor(paper))
+        assert grader.grade(paper, snippet, snippet.reference_body).grading_path == "warm"
+        proc = warm_process(grader, paper)
+        host = proc.host_pid
+        for body, seen in ((SIGNAL_EVERYTHING, "SEEN [1]"), (TRACE_EVERYTHING, "GOT []")):
+            r = grader.grade(paper, snippet, body)
+            assert r.grading_path == "warm"
+            assert seen in r.stdout, r.stdout[-500:]
+        grader.grade(paper, snippet, LEAVE_BEHIND)
+        time.sleep(2)
+        looked = grader.grade(paper, snippet, LOOK_FOR_LEFTOVERS)
+        assert "FOUND []" in looked.stdout, looked.stdout[-800:]
+        assert warm_process(grader, paper).host_pid == host
+        assert _live_descendants(host) == []
+    finally:
+        factory.close()
+
+
+def test_validation_reports_which_path_each_paper_took(
+    tasks: Pset, factories: tuple[SandboxFactory, SandboxFactory]
+) -> None:
+    from rcb_env.validation.validate import validate
+
+    one = tasks.model_copy(update={"papers": (tasks.paper("rmsnorm-swiglu"),)})
+    warm, cold = factories
+    for factory, path in ((warm, "warm"), (cold, "cold")):
+        report = validate(
+            one, Grader(GradingConfig()), jobs=2, executor_for=factory.grading_executor
+        )
+        (paper,) = report.papers
+        assert paper.grading_path == path
+        assert all(r.outcome == "passed" for r in paper.reference)
+
+
+def test_the_pool_keeps_at_most_its_limit_closing_the_least_recently_used() -> None:
+    if bwrap.probe() is not None:
+        pytest.skip(str(bwrap.probe()))
+    scratch = config.scratch_dir()
+    python = str(config.task_python())
+    launcher = BwrapExecutor(SandboxConfig(backend="bwrap"), scratch)
+    pool = WarmPool(scratch, limit=2, idle_s=0)
+    try:
+        first, second = (
+            pool.get(launcher, python, {"PATH": "/usr/bin:/bin", "K": k}, ["json"])
+            for k in ("1", "2")
+        )
+        assert pool.processes() == [first, second]
+        assert pool.get(launcher, python, {"PATH": "/usr/bin:/bin", "K": "1"}, ["json"]) is first
+        third = pool.get(launcher, python, {"PATH": "/usr/bin:/bin", "K": "3"}, ["json"])
+        assert pool.processes() == [first, third]  # the second was idle the longest
+        assert second.dead
+        assert not second.root.exists()
+    finally:
+        pool.close()
+    assert first.dead
+    assert third.dead
