@@ -41,9 +41,19 @@ def test_bundled_counts_and_coverage() -> None:
 
 @pytest.mark.slow
 @pytest.mark.torch
-def test_every_bundled_snippet_validates() -> None:
+@pytest.mark.bwrap
+def test_every_bundled_snippet_validates(require_bwrap: None) -> None:
+    from rcb_env.sandbox import SandboxConfig, SandboxFactory
+
     grader = Grader(GradingConfig(python=config.task_python()))
-    report = validate(load(bundled_root()), grader, jobs=2)
+    factory = SandboxFactory(SandboxConfig(backend="bwrap"))
+    try:
+        report = validate(
+            load(bundled_root()), grader, jobs=2, executor_for=factory.grading_executor
+        )
+    finally:
+        factory.close()
+    assert {p.grading_path for p in report.papers} == {"warm"}
     statuses = {s.id: s.status for p in report.papers for s in p.snippet_reports}
     assert statuses
     assert set(statuses.values()) == {Status.OK}, {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -311,8 +312,17 @@ def test_the_wall_clock_limit_kills_a_warm_run_like_a_cold_one(
     assert _live_descendants(warm_process(warm, paper).host_pid) == []
 
 
-def _module_dir(name: str, body: str) -> Path:
+@pytest.fixture
+def module_dirs() -> Iterator[list[Path]]:
+    made: list[Path] = []
+    yield made
+    for folder in made:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _module_dir(name: str, body: str, made: list[Path]) -> Path:
     folder = config.scratch_dir() / f"rcb-test-modules-{os.getpid()}-{name}"
+    made.append(folder)
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o755)
     (folder / f"{name}.py").write_text(body)
@@ -320,15 +330,18 @@ def _module_dir(name: str, body: str) -> Path:
     return folder
 
 
-def test_imports_that_start_threads_make_the_environment_grade_cold() -> None:
+def test_imports_that_start_threads_make_the_environment_grade_cold(
+    module_dirs: list[Path],
+) -> None:
     if bwrap.probe() is not None:
         pytest.skip(str(bwrap.probe()))
     threads = _module_dir(
         "rcb_thread_at_import",
         "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True)"
         ".start()\n",
+        module_dirs,
     )
-    plain = _module_dir("rcb_plain_module", "VALUE = 1\n")
+    plain = _module_dir("rcb_plain_module", "VALUE = 1\n", module_dirs)
     scratch = config.scratch_dir()
     python = str(config.task_python())
     cfg = SandboxConfig(backend="bwrap", read_only=(threads, plain))
@@ -349,6 +362,20 @@ def test_imports_that_start_threads_make_the_environment_grade_cold() -> None:
     with pytest.raises(WarmUnavailable, match="unsafe to fork: importing rcb_thread_at_import"):
         WarmProcess(
             launcher, python=python, env=env, modules=["rcb_thread_at_import"], scratch=scratch
+        )
+    # A CUDA context after the imports (a stand-in torch that says it has one) is unsafe too.
+    fake_torch = _module_dir(
+        "torch",
+        "class cuda:\n    @staticmethod\n    def is_initialized():\n        return True\n",
+        module_dirs,
+    )
+    with pytest.raises(WarmUnavailable, match="unsafe to fork: a CUDA context"):
+        WarmProcess(
+            BwrapExecutor(SandboxConfig(backend="bwrap", read_only=(fake_torch,)), scratch),
+            python=python,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(fake_torch)},
+            modules=["torch"],
+            scratch=scratch,
         )
     pool = WarmPool(scratch)
     executor = WarmExecutor(
@@ -454,3 +481,46 @@ def test_the_pool_keeps_at_most_its_limit_closing_the_least_recently_used() -> N
         pool.close()
     assert first.dead
     assert third.dead
+
+
+@pytest.mark.parametrize("grading", ["warm", "cold"])
+def test_the_validate_command_grades_in_the_sandbox_on_the_chosen_path(
+    grading: str, factories: tuple[SandboxFactory, SandboxFactory]
+) -> None:
+    from click.testing import CliRunner
+
+    from rcb_env.cli import cli
+
+    args = ["validate", "--paper", "rmsnorm-swiglu", "--sandbox", "bwrap", "--grading", grading]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if "rmsnorm-swiglu" in line)
+    assert row.rstrip(" │┃|").split()[-1] == grading, row
+
+
+def test_the_first_grading_probes_the_pristine_paper_and_only_it_adds_imports(
+    tasks: Pset, factories: tuple[SandboxFactory, SandboxFactory]
+) -> None:
+    paper = tasks.paper("rmsnorm-swiglu")  # torch: its first use imports more (lazily)
+    warm, _ = graders(factories, paper)
+    snippet = paper.snippets[-1]
+    indent = snippet.reference_body[
+        : len(snippet.reference_body) - len(snippet.reference_body.lstrip())
+    ]
+    forged = (
+        f"{indent}import os\n"
+        f"{indent}open(os.path.join(os.path.dirname(os.getcwd()), '_rcb', 'modules'), 'w')"
+        f".write('antigravity\\t/usr/lib/python3/antigravity.py\\n')\n"
+        f"{indent}pass\n"
+    )
+    first = warm.grade(paper, snippet, forged)
+    assert first.grading_path == "warm"
+    assert not first.passed
+    proc = warm_process(warm, paper)
+    static = set(proc.modules)
+    assert set(proc.imported) > static  # what the pristine run imported, beyond the static list
+    assert "antigravity" not in proc.imported
+    again = warm.grade(paper, snippet, forged)
+    assert again.grading_path == "warm"
+    assert "antigravity" not in proc.imported
+    assert warm.grade(paper, snippet, snippet.reference_body).passed

@@ -248,7 +248,36 @@ class Grader:
             result = self._run_in(executor.cold, paper, snippet, body)
             return result.model_copy(update={"grading_path": f"cold: {exc}"})
 
-    def _run_in(self, executor: Executor, paper: Paper, snippet: Snippet, body: str) -> GradeResult:
+    def _probe(self, executor: WarmExecutor, paper: Paper, snippet: Snippet) -> None:
+        """A new warm process first grades the pristine paper, then imports what that run
+        imported (lazy imports would otherwise cost every run). Its verdict is the paper's
+        health, remembered as :meth:`pristine_health` would."""
+        try:
+            python = self.python or envs.python_for(paper)
+            if not executor.claim_probe(self._base_env(paper, python), str(python)):
+                return
+        except SandboxError:
+            return  # no warm process: the run itself goes cold
+        first = self.health_snippet(paper, snippet)
+        try:
+            result = self._run_in(executor, paper, first, first.reference_body, probe=True)
+        except WarmUnavailable:
+            return
+        if not result.is_infra_error:
+            with _health_lock:
+                _health.setdefault(self._health_key(paper, first), result)
+
+    def _run_in(
+        self,
+        executor: Executor,
+        paper: Paper,
+        snippet: Snippet,
+        body: str,
+        *,
+        probe: bool = False,
+    ) -> GradeResult:
+        if isinstance(executor, WarmExecutor) and not probe:
+            self._probe(executor, paper, snippet)
         source = source_for(paper)
         expected = self.expected(paper, snippet)
         test_file = source.test_file(paper, snippet)
@@ -297,14 +326,26 @@ class Grader:
                 str(rcb / "protected"),
             ]
             try:
-                run = executor.run(
-                    argv,
-                    cwd=folder,
-                    env={**self._env(workdir, python), **envs.task_env(paper)},
-                    timeout_s=timeout,
-                    needles=OFFICIAL_ERROR_WORDS,
-                    writable=workdir,
-                )
+                env = {**self._env(workdir, python), **envs.task_env(paper)}
+                if isinstance(executor, WarmExecutor):
+                    run = executor.run(
+                        argv,
+                        cwd=folder,
+                        env=env,
+                        timeout_s=timeout,
+                        needles=OFFICIAL_ERROR_WORDS,
+                        writable=workdir,
+                        probe=probe,
+                    )
+                else:
+                    run = executor.run(
+                        argv,
+                        cwd=folder,
+                        env=env,
+                        timeout_s=timeout,
+                        needles=OFFICIAL_ERROR_WORDS,
+                        writable=workdir,
+                    )
             except WarmUnavailable:
                 raise
             except SandboxError as exc:

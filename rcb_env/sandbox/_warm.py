@@ -11,11 +11,15 @@ and then serves gradings over its standard input and output (JSON lines; see
 
 - out ``{"event": "ready", "pid": P, "imported": [...], "failed": {...}}``, or
   ``{"event": "unsafe", "why": "..."}`` and it exits;
+- in ``{"op": "import", "id": I, "modules": [...]}``: import more (what a run of the pristine
+  paper imported lazily); out ``{"event": "imported", "id": I, ..., "unsafe": null or why}``
+  (unsafe: it exits);
 - in ``{"op": "run", "id": I, "argv": [...], "cwd": C, "env": {...}, "run_dir": D, "out": O,
-  "err": E}``: a manager process is forked and reported (``{"event": "started", "id": I,
-  "pid": M}``); it waits for ``{"op": "go", "id": I}`` (the host moves it into the run's cgroup
-  first), then builds the run's own namespaces and reports ``{"event": "exit", "id": I,
-  "status": S}`` (a wait status) or ``{"event": "exit", "id": I, "error": "..."}``.
+  "err": E, "probe": false}``: a manager process is forked and reported
+  (``{"event": "started", "id": I, "pid": M}``); it waits for ``{"op": "go", "id": I}``
+  (the host moves it into the run's cgroup first), then builds the run's own namespaces and
+  reports ``{"event": "exit", "id": I, "status": S}`` (a wait status) or
+  ``{"event": "exit", "id": I, "error": "..."}``.
 
 The tested code never runs in this process. Each run happens three forks away, in a new user,
 mount, PID, network, IPC and UTS namespace, where the run sees only its own grading copy (the
@@ -246,6 +250,12 @@ def _worker(request: dict[str, Any], out_fd: int, err_fd: int, imports: tuple[by
     except BaseException:
         traceback.print_exc()
         code = 1
+    if request.get("probe"):
+        # A run of the pristine paper (the host asks only for those): what it imported, for
+        # the warm process to import too.
+        with open(os.path.join(request["run_dir"], "_rcb", "modules"), "w") as f:
+            for name, module in list(sys.modules.items()):
+                f.write(f"{name}\t{getattr(module, '__file__', None) or ''}\n")
     return code
 
 
@@ -376,6 +386,20 @@ def main() -> None:
             os.close(go_r)
             gates[request["id"]] = go_w
             _send({"event": "started", "id": request["id"], "pid": pid})
+        elif op == "import":
+            more, failed_more, unsafe, more_out, more_err = _preimport(list(request["modules"]))
+            out, err = out + more_out, err + more_err
+            _send(
+                {
+                    "event": "imported",
+                    "id": request["id"],
+                    "imported": more,
+                    "failed": failed_more,
+                    "unsafe": unsafe,
+                }
+            )
+            if unsafe is not None:
+                return  # forking from here on would not be safe
         elif op in ("go", "cancel"):
             fd = gates.pop(str(request["id"]), -1)
             if fd >= 0:

@@ -201,6 +201,7 @@ class WarmProcess:
         modules: Sequence[str],
         scratch: Path,
         start_timeout_s: float = 300.0,
+        probe: bool = True,
     ) -> None:
         self.launcher = launcher
         self.python = python
@@ -231,6 +232,8 @@ class WarmProcess:
         self.why_dead = ""
         self.in_flight = 0
         self.last_used = time.monotonic()
+        self.probe_allowed = probe
+        self._probe_claimed = False
         self.imported: list[str] = []
         self.failed: dict[str, str] = {}
         self.unsafe: str | None = None
@@ -349,6 +352,52 @@ class WarmProcess:
             raise WarmUnavailable(f"the warm process ended ({what})")
         return event
 
+    def claim_probe(self) -> bool:
+        """True once per process (if probing is allowed): the caller then grades the pristine
+        paper with ``probe=True``, so that this process also imports what the tests import
+        lazily (torch's sympy, for one)."""
+        with self._lock:
+            if self._probe_claimed or not self.probe_allowed or self.dead:
+                return False
+            self._probe_claimed = True
+            return True
+
+    def _import_more(self, report: Path, run_dir: Path) -> None:
+        try:
+            lines = report.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return
+        have = set(self.imported) | set(self.failed)
+        wanted = []
+        for line in lines:
+            name, _, origin = line.partition("\t")
+            if (
+                origin
+                and not name.startswith("__")
+                and name not in have
+                and not origin.startswith(str(run_dir.parent))
+            ):
+                wanted.append(name)
+        if not wanted:
+            return
+        rid = f"import-{uuid.uuid4().hex}"
+        waiter = _Waiter(queue.Queue())
+        with self._lock:
+            self._waiters[rid] = waiter
+        try:
+            self._send({"op": "import", "id": rid, "modules": wanted})
+            event = self._next(waiter, 300, "importing what the pristine paper imports")
+        finally:
+            with self._lock:
+                self._waiters.pop(rid, None)
+        self.imported += list(event.get("imported", []))
+        self.failed.update(event.get("failed", {}))
+        if event.get("unsafe"):
+            # It exits: the next process of this environment is started without the probe.
+            self.unsafe = str(event["unsafe"])
+            self._die(f"probe made it unsafe to fork: {self.unsafe}")
+        log.info("warm process imported more", modules=len(wanted), unsafe=self.unsafe)
+
     # one grading -------------------------------------------------------------------------------
     def run(
         self,
@@ -360,8 +409,10 @@ class WarmProcess:
         needles: tuple[str, ...],
         writable: Path,
         output_limit: int,
+        probe: bool = False,
     ) -> ExecResult:
-        """One grading run, like the cold executor's ``run``.
+        """One grading run, like the cold executor's ``run``. ``probe``: a run of the pristine
+        paper, after which this process imports what that run imported.
 
         Raises:
             WarmUnavailable: nothing was decided; grade cold in a fresh copy.
@@ -398,6 +449,7 @@ class WarmProcess:
                     "run_dir": str(writable),
                     "out": str(out),
                     "err": str(err),
+                    "probe": probe,
                 }
             )
             started = self._next(waiter, 60, "start of a run")
@@ -457,7 +509,10 @@ class WarmProcess:
             )
             from rcb_env.sandbox.cgroups import with_oom
 
-            return with_oom(result, before, group.memory_events())
+            result = with_oom(result, before, group.memory_events())
+            if probe and not expired.is_set():
+                self._import_more(writable / "_rcb" / "modules", writable)
+            return result
         finally:
             if timer is not None:
                 timer.cancel()
@@ -544,12 +599,18 @@ class WarmPool:
             if proc is not None:
                 failures.append(proc.why_dead)
                 proc.close()
+            probe = not any(f.startswith("probe made it unsafe") for f in failures)
             if len(failures) >= MAX_STARTS or any(f.startswith("unsafe") for f in failures):
                 raise WarmUnavailable(f"warm grading is off for this environment: {failures[-1]}")
             self._evict()
             try:
                 proc = WarmProcess(
-                    launcher, python=python, env=env, modules=modules, scratch=self.scratch
+                    launcher,
+                    python=python,
+                    env=env,
+                    modules=modules,
+                    scratch=self.scratch,
+                    probe=probe,
                 )
             except WarmUnavailable as exc:
                 with self._lock:
@@ -635,6 +696,16 @@ class WarmExecutor:
             raise WarmUnavailable(f"the warm process runs {self.python}, not {python}")
         return self.process(env).area
 
+    def claim_probe(self, env: Mapping[str, str], python: str) -> bool:
+        """Should the caller grade the pristine paper with ``probe=True`` now (once per warm
+        process)?
+
+        Raises:
+            WarmUnavailable: no warm process for it.
+        """
+        self.area(env, python)
+        return self.process(env).claim_probe()
+
     def run(
         self,
         argv: Sequence[str],
@@ -644,6 +715,7 @@ class WarmExecutor:
         timeout_s: float,
         needles: tuple[str, ...] = (),
         writable: Path | None = None,
+        probe: bool = False,
     ) -> ExecResult:
         if writable is None:
             raise WarmUnavailable("a warm run needs its grading copy")
@@ -658,4 +730,5 @@ class WarmExecutor:
             needles=needles,
             writable=writable,
             output_limit=self.output_limit,
+            probe=probe,
         )
