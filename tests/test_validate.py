@@ -82,14 +82,26 @@ def _invoke(*args: str) -> tuple[int, str]:
 
 def test_cli_validate_exit_codes_and_json(tmp_path: Path, math_pset: Path) -> None:
     out_json = tmp_path / "report.json"
-    code, output = _invoke("validate", "--pset", str(math_pset), "--json", str(out_json))
+    # The synthetic tasks run under this process's own interpreter, which the sandbox user
+    # cannot reach: graded without a sandbox.
+    code, output = _invoke(
+        "validate", "--pset", str(math_pset), "--json", str(out_json), "--sandbox", "local"
+    )
     assert code == 0, output
     data = json.loads(out_json.read_text())
     assert data["schema_version"] == "rcb-env/validate/1"
     assert {s["status"] for p in data["papers"] for s in p["snippet_reports"]} == {"ok"}
 
     code, output = _invoke(
-        "validate", "--pset", str(_pset(tmp_path / "bad")), "--paper", "broken", "--paper", "good"
+        "validate",
+        "--pset",
+        str(_pset(tmp_path / "bad")),
+        "--paper",
+        "broken",
+        "--paper",
+        "good",
+        "--sandbox",
+        "local",
     )
     assert code == 1
     assert "broken reference failed" in output

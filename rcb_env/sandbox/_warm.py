@@ -239,7 +239,11 @@ def _worker(request: dict[str, Any], out_fd: int, err_fd: int, imports: tuple[by
 
     argv = list(request["argv"][1:])
     sys.argv = argv
-    sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+    # sys.path as this run's interpreter would have built it: its script's folder, then its own
+    # PYTHONPATH (relative entries are relative to its working folder), then the rest.
+    rest = [p for p in sys.path[1:] if p not in _STARTUP_PYTHONPATH]
+    own = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = [os.path.dirname(os.path.abspath(argv[0])), *own, *rest]
     code = 0
     try:
         runpy.run_path(argv[0], run_name="__main__")
@@ -330,6 +334,12 @@ def _manager(request: dict[str, Any], go_r: int, config: dict[str, Any], imports
     except BaseException as exc:
         _send({"event": "exit", "id": rid, "error": f"{type(exc).__name__}: {exc}"})
     os._exit(0)
+
+
+#: The entries of sys.path that this process's own PYTHONPATH put there.
+_STARTUP_PYTHONPATH = [
+    os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
+]
 
 
 def main() -> None:

@@ -219,16 +219,17 @@ class BwrapExecutor:
             chown_tree(control.parent, *self._identity)
             for folder in (control.parent, area, control):
                 folder.chmod(0o711)
+        ro_binds = (*_python_prefixes(self.python), *map(str, self.config.read_only))
+        hidden = [d for d in ro_binds if d.startswith(("/tmp/", "/dev/shm/"))]
+        if hidden:
+            # Each run gets a fresh /tmp and /dev/shm, which would cover these.
+            raise SandboxError(f"a read-only folder under /tmp or /dev/shm ({hidden[0]})")
         group = self._group()
         prefix = [
             *group.enter_command(),
             *bwrap_command(
                 binds=[(str(area), str(area))],
-                ro_binds=(
-                    *_python_prefixes(self.python),
-                    *map(str, self.config.read_only),
-                    str(control),
-                ),
+                ro_binds=(*ro_binds, str(control)),
                 cwd="/",
                 env=env,
                 limits=self.config.limits,

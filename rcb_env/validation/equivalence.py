@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -61,31 +61,61 @@ def _grade(graders: dict[str, Grader], case: tuple[Paper, Snippet, str, str]) ->
 
 
 def compare(
-    pset: Pset, sandbox: SandboxConfig, *, jobs: int = 1, timeout_s: float = 300.0
+    pset: Pset,
+    sandbox: SandboxConfig,
+    *,
+    jobs: int = 1,
+    timeout_s: float = 300.0,
+    on_paper: Callable[[str, Comparison], None] | None = None,
 ) -> Comparison:
-    """Grade every candidate of every snippet of ``pset`` cold, then warm, ``jobs`` at a time."""
-    cases = [
-        (p, s, name, body)
-        for p in pset.papers
-        for s in p.snippets
-        for name, body in candidates(p, s)
-    ]
-    results: dict[bool, list[GradeResult]] = {}
-    seconds: dict[bool, float] = {}
-    for warm in (False, True):
-        factory = SandboxFactory(sandbox.model_copy(update={"warm_grading": warm}))
-        try:
-            cfg = GradingConfig(timeout_s=timeout_s)
-            graders = {p.id: Grader(cfg, executor=factory.grading_executor(p)) for p in pset.papers}
-            start = time.monotonic()
-            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-                results[warm] = list(pool.map(partial(_grade, graders), cases))
-            seconds[warm] = time.monotonic() - start
-        finally:
+    """Grade every candidate of every snippet of ``pset`` cold, then warm, ``jobs`` at a time,
+    paper by paper (``on_paper`` hears of each as it is done)."""
+    factories = {
+        warm: SandboxFactory(sandbox.model_copy(update={"warm_grading": warm}))
+        for warm in (False, True)
+    }
+    cfg = GradingConfig(timeout_s=timeout_s)
+    total = Comparison(cases=0, differences=(), not_warm={}, warm_s=0.0, cold_s=0.0)
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            for paper in pset.papers:
+                cases = [
+                    (paper, s, name, body)
+                    for s in paper.snippets
+                    for name, body in candidates(paper, s)
+                ]
+                results: dict[bool, list[GradeResult]] = {}
+                seconds: dict[bool, float] = {}
+                for warm, factory in factories.items():
+                    graders = {paper.id: Grader(cfg, executor=factory.grading_executor(paper))}
+                    start = time.monotonic()
+                    results[warm] = list(pool.map(partial(_grade, graders), cases))
+                    seconds[warm] = time.monotonic() - start
+                one = _judge(cases, results[False], results[True], seconds)
+                if on_paper is not None:
+                    on_paper(paper.id, one)
+                total = Comparison(
+                    cases=total.cases + one.cases,
+                    differences=total.differences + one.differences,
+                    not_warm={**total.not_warm, **one.not_warm},
+                    warm_s=round(total.warm_s + one.warm_s, 1),
+                    cold_s=round(total.cold_s + one.cold_s, 1),
+                )
+    finally:
+        for factory in factories.values():
             factory.close()
+    return total
+
+
+def _judge(
+    cases: list[tuple[Paper, Snippet, str, str]],
+    cold_results: list[GradeResult],
+    warm_results: list[GradeResult],
+    seconds: dict[bool, float],
+) -> Comparison:
     differences = []
     not_warm: dict[str, str] = {}
-    for (p, s, name, _), cold, warm_r in zip(cases, results[False], results[True], strict=True):
+    for (p, s, name, _), cold, warm_r in zip(cases, cold_results, warm_results, strict=True):
         if warm_r.grading_path != "warm":
             not_warm.setdefault(p.id, warm_r.grading_path)
         if verdict(warm_r) != verdict(cold):
@@ -124,7 +154,16 @@ def main(argv: list[str] | None = None) -> int:
     sandbox = SandboxConfig(backend=args.sandbox)
     if args.base:
         sandbox = sandbox.model_copy(update={"docker_base": args.base})
-    result = compare(ready, sandbox, jobs=args.jobs)
+
+    def progress(paper: str, one: Comparison) -> None:
+        path = one.not_warm.get(paper, "warm")
+        print(
+            f"{paper}: {one.cases} gradings per path, {len(one.differences)} differ; "
+            f"cold {one.cold_s} s, warm {one.warm_s} s ({path})",
+            flush=True,
+        )
+
+    result = compare(ready, sandbox, jobs=args.jobs, on_paper=progress)
     print(
         f"{result.cases} gradings per path over {len(ready.papers)} papers "
         f"({len(ready.snippets)} snippets) on {args.sandbox}: cold {result.cold_s} s, "
