@@ -10,6 +10,7 @@ import secrets
 import shutil
 import threading
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -327,25 +328,19 @@ class Grader:
             ]
             try:
                 env = {**self._env(workdir, python), **envs.task_env(paper)}
-                if isinstance(executor, WarmExecutor):
-                    run = executor.run(
-                        argv,
-                        cwd=folder,
-                        env=env,
-                        timeout_s=timeout,
-                        needles=OFFICIAL_ERROR_WORDS,
-                        writable=workdir,
-                        probe=probe,
-                    )
-                else:
-                    run = executor.run(
-                        argv,
-                        cwd=folder,
-                        env=env,
-                        timeout_s=timeout,
-                        needles=OFFICIAL_ERROR_WORDS,
-                        writable=workdir,
-                    )
+                run_fn = (
+                    partial(executor.run, probe=probe)
+                    if isinstance(executor, WarmExecutor)
+                    else executor.run
+                )
+                run = run_fn(
+                    argv,
+                    cwd=folder,
+                    env=env,
+                    timeout_s=timeout,
+                    needles=OFFICIAL_ERROR_WORDS,
+                    writable=workdir,
+                )
             except WarmUnavailable:
                 raise
             except SandboxError as exc:

@@ -15,7 +15,6 @@ import os
 import pwd
 import shutil
 import subprocess
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from rcb_env.sandbox.base import ExecResult, Executor, Limits, Sandbox, SandboxC
 from rcb_env.sandbox.cgroups import Cgroup, with_oom
 from rcb_env.sandbox.local import LocalExecutor
 from rcb_env.sandbox.session import ShellSession
-from rcb_env.sandbox.warm import WarmExecutor, WarmLaunch, WarmPool, preload_modules
+from rcb_env.sandbox.warm import WarmLaunch, WarmPool
 from rcb_env.task.models import Paper
 
 _SYSTEM_RO = ("/usr", "/etc", "/lib", "/lib64", "/bin", "/sbin")
@@ -337,8 +336,6 @@ class BwrapBackend(Backend):
             cgroups.check(config.cgroup_limits, config.cgroup_root)
             cgroups.sweep(parent_name=config.cgroup_parent, root=config.cgroup_root)
         self._warm = WarmPool(scratch, config.warm_processes)
-        self._modules: dict[str, tuple[str, ...]] = {}
-        self._lock = threading.Lock()
 
     @classmethod
     def probe(cls) -> str | None:
@@ -366,17 +363,8 @@ class BwrapBackend(Backend):
         cold = BwrapExecutor(self._for(paper), self.scratch)
         if not self.config.warm_grading:
             return cold
-        with self._lock:
-            if paper.id not in self._modules:
-                self._modules[paper.id] = preload_modules(paper)
-            modules = self._modules[paper.id]
-        return WarmExecutor(
-            cold,
-            cold,
-            self._warm,
-            python=cold.python,
-            modules=modules,
-            output_limit=self.config.output_limit,
+        return self._warm.executor(
+            cold, paper, python=cold.python, output_limit=self.config.output_limit
         )
 
     def close(self) -> None:

@@ -24,7 +24,7 @@ from rcb_env.sandbox.backend import Backend
 from rcb_env.sandbox.base import ExecResult, Executor, Limits, Sandbox, SandboxConfig, chown_tree
 from rcb_env.sandbox.images import LABEL
 from rcb_env.sandbox.session import ShellSession
-from rcb_env.sandbox.warm import WarmExecutor, WarmLaunch, WarmPool, preload_modules
+from rcb_env.sandbox.warm import WarmLaunch, WarmPool
 from rcb_env.task.models import Paper
 
 if TYPE_CHECKING:
@@ -455,7 +455,6 @@ class DockerBackend(Backend):
         self._images: dict[str, str] = {}
         self._lock = threading.Lock()
         self._warm = WarmPool(scratch, config.warm_processes)
-        self._modules: dict[str, tuple[str, ...]] = {}
 
     @classmethod
     def probe(cls) -> str | None:
@@ -494,17 +493,8 @@ class DockerBackend(Backend):
         cold = DockerExecutor(self.image(paper), self.config, self._docker)
         if not self.config.warm_grading:
             return cold
-        with self._lock:
-            if paper.id not in self._modules:
-                self._modules[paper.id] = preload_modules(paper)
-            modules = self._modules[paper.id]
-        return WarmExecutor(
-            cold,
-            cold,
-            self._warm,
-            python=INTERPRETER,
-            modules=modules,
-            output_limit=self.config.output_limit,
+        return self._warm.executor(
+            cold, paper, python=INTERPRETER, output_limit=self.config.output_limit
         )
 
     def warm(self, papers: Sequence[Paper]) -> None:

@@ -574,6 +574,7 @@ class WarmPool:
         self._procs: dict[tuple[str, ...], WarmProcess] = {}
         self._starting: dict[tuple[str, ...], threading.Lock] = {}
         self._failures: dict[tuple[str, ...], list[str]] = {}
+        self._modules: dict[str, tuple[str, ...]] = {}
         self.closed = False
 
     def get(
@@ -638,6 +639,19 @@ class WarmPool:
         for p in victims:
             log.info("closing an idle warm process", python=p.python)
             p.close()
+
+    def executor(self, cold: Any, paper: Paper, *, python: str, output_limit: int) -> WarmExecutor:
+        """A warm executor of ``paper`` around ``cold`` (an executor that is also a
+        :class:`Launcher`); the paper's modules are found once per pool."""
+        with self._lock:
+            modules = self._modules.get(paper.id)
+        if modules is None:
+            modules = preload_modules(paper)
+            with self._lock:
+                self._modules[paper.id] = modules
+        return WarmExecutor(
+            cold, cold, self, python=python, modules=modules, output_limit=output_limit
+        )
 
     def processes(self) -> list[WarmProcess]:
         with self._lock:
