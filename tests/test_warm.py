@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 import rcb_env
-from rcb_env import config
+from rcb_env import _common, config
 from rcb_env.grading import Grader, GradingConfig
 from rcb_env.grading.models import GradeResult
 from rcb_env.sandbox import SandboxConfig, SandboxFactory, bwrap
@@ -392,6 +392,72 @@ def test_imports_that_start_threads_make_the_environment_grade_cold(
     pool.close()
 
 
+def test_read_only_folders_under_tmp_and_dev_shm_stay_visible_and_read_only_in_a_warm_run(
+    module_dirs: list[Path],
+) -> None:
+    """Each run's fresh /tmp and /dev/shm would cover what the sandbox bound below them (CI's
+    scratch is /dev/shm); the run gets those folders back, read-only as in a cold run."""
+    if bwrap.probe() is not None:
+        pytest.skip(str(bwrap.probe()))
+    folders = []
+    for base in ("/tmp", "/dev/shm"):
+        name = f"rcb_ro_{base.strip('/').replace('/', '_')}"
+        folder = Path(base) / f"rcb-test-ro-{os.getpid()}-{name}"
+        module_dirs.append(folder)
+        folder.mkdir(exist_ok=True)
+        folder.chmod(0o755)
+        (folder / f"{name}.py").write_text(f"VALUE = {name!r}\n")
+        (folder / f"{name}.py").chmod(0o644)
+        folders.append(folder)
+    scratch = config.scratch_dir()
+    python = str(config.task_python())
+    launcher = BwrapExecutor(SandboxConfig(backend="bwrap", read_only=tuple(folders)), scratch)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(map(str, folders))}
+    proc = WarmProcess(
+        launcher, python=python, env=env, modules=["rcb_ro_tmp"], scratch=scratch, probe=False
+    )
+    try:
+        assert proc.imported == ["rcb_ro_tmp"]
+        copy = proc.area / "rcb-grade-ro"
+        copy.mkdir()
+        script = copy / "check.py"
+        script.write_text(
+            "import os\n"
+            "import rcb_ro_tmp, rcb_ro_dev_shm\n"
+            "print('VALUES', rcb_ro_tmp.VALUE, rcb_ro_dev_shm.VALUE)\n"
+            f"for folder in {[str(f) for f in folders]!r}:\n"
+            "    print('LISTED', sorted(os.listdir(folder)))\n"
+            "    try:\n"
+            "        open(os.path.join(folder, 'evil'), 'w').close()\n"
+            "        print('WROTE', folder)\n"
+            "    except OSError as exc:\n"
+            "        print('REFUSED', exc.errno)\n"
+            "open('/tmp/mine', 'w').close()\n"
+            "print('TMP', sorted(os.listdir('/tmp')))\n"
+        )
+        result = proc.run(
+            [python, str(script)],
+            cwd=copy,
+            env=env,
+            timeout_s=60,
+            needles=(),
+            writable=copy,
+            output_limit=100_000,
+        )
+        assert result.exit_code == 0, result.stderr[-2000:]
+        assert "VALUES rcb_ro_tmp rcb_ro_dev_shm" in result.stdout
+        assert result.stdout.count("REFUSED 30") == 2, result.stdout  # EROFS
+        assert "WROTE" not in result.stdout
+        assert "LISTED ['rcb_ro_tmp.py']" in result.stdout
+        assert "LISTED ['rcb_ro_dev_shm.py']" in result.stdout
+        tmp_line = result.stdout.split("TMP ", 1)[1].splitlines()[0]
+        assert "'mine'" in tmp_line
+        assert "rcb-warm-" not in tmp_line  # the warm process's own folder is not among them
+        assert not any((f / "evil").exists() for f in folders)
+    finally:
+        proc.close()
+
+
 def test_preloaded_modules_are_third_party_never_the_papers_own(tmp_path: Path) -> None:
     root = tmp_path / "paper"
     (root / "models").mkdir(parents=True)
@@ -403,6 +469,24 @@ def test_preloaded_modules_are_third_party_never_the_papers_own(tmp_path: Path) 
     )
     found = modules_for(root, ["paper2code_test.py", "utils.py"])
     assert found == ("unittest", "torch.nn.functional", "numpy", "scipy", "torch")
+
+
+def test_module_discovery_parses_one_thread_at_a_time(tmp_path: Path) -> None:
+    """Episodes build their graders in threads; CPython 3.11's AST construction is not safe
+    to run in two threads at once (SystemError: AST constructor recursion depth mismatch), so
+    discovery goes through the process-wide parse lock."""
+    (tmp_path / "paper2code_test.py").write_text("import numpy\n")
+    found: list[tuple[str, ...]] = []
+    with _common._AST_LOCK:
+        thread = threading.Thread(
+            target=lambda: found.append(modules_for(tmp_path, ["paper2code_test.py"]))
+        )
+        thread.start()
+        thread.join(0.5)
+        assert thread.is_alive()  # waiting for the lock
+        assert not found
+    thread.join(10)
+    assert found == [("numpy",)]
 
 
 def test_a_bundled_paper_preloads_numpy(tasks: Pset) -> None:
@@ -448,7 +532,7 @@ def test_validation_reports_which_path_each_paper_took(
 ) -> None:
     from rcb_env.validation.validate import validate
 
-    one = tasks.model_copy(update={"papers": (tasks.paper("rmsnorm-swiglu"),)})
+    one = tasks.model_copy(update={"papers": (tasks.paper("adamw-warmup"),)})
     warm, cold = factories
     for factory, path in ((warm, "warm"), (cold, "cold")):
         report = validate(
@@ -491,10 +575,10 @@ def test_the_validate_command_grades_in_the_sandbox_on_the_chosen_path(
 
     from rcb_env.cli import cli
 
-    args = ["validate", "--paper", "rmsnorm-swiglu", "--sandbox", "bwrap", "--grading", grading]
-    result = CliRunner().invoke(cli, args)
+    args = ["validate", "--paper", "adamw-warmup", "--sandbox", "bwrap", "--grading", grading]
+    result = CliRunner().invoke(cli, [*args, "--jobs", "2"])
     assert result.exit_code == 0, result.output
-    row = next(line for line in result.output.splitlines() if "rmsnorm-swiglu" in line)
+    row = next(line for line in result.output.splitlines() if "adamw-warmup" in line)
     assert row.rstrip(" │┃|").split()[-1] == grading, row
 
 

@@ -54,6 +54,7 @@ _CLONE_NEWNET = 0x40000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
 _MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
 _MNT_DETACH = 2
+_O_PATH = 0o10000000
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS = 1, 4, 38
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
@@ -161,8 +162,42 @@ def _preimport(modules: list[str]) -> tuple[list[str], dict[str, str], str | Non
     return imported, failed, unsafe, out, err
 
 
+def _unescape(field: str) -> str:
+    """A path as /proc/self/mountinfo writes it (space, tab, newline, backslash as octal)."""
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def _mounts_under_tmp(own_root: str) -> list[str]:
+    """The sandbox's mount points below /tmp and /dev/shm (read-only folders the launcher bound
+    there, as a cold run sees them), outermost only, except this process's own folder."""
+    points = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) < 5:
+                continue
+            point = _unescape(fields[4])
+            if not point.startswith(("/tmp/", "/dev/shm/")):
+                continue
+            if point == own_root or point.startswith(own_root + "/"):
+                continue
+            points.append(point)
+    return sorted(
+        p for p in set(points) if not any(p.startswith(q + "/") for q in points if q != p)
+    )
+
+
 def _isolate(area: str, stage: str, run_dir: str) -> None:
-    """Namespaces for one run: only ``run_dir`` of the area stays visible."""
+    """Namespaces for one run: only ``run_dir`` of the area stays visible. Fresh /tmp and
+    /dev/shm, with whatever the sandbox mounted below them (its read-only folders) bound back."""
     uid, gid = os.getuid(), os.getgid()
     flags = _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET
     _check(_libc.unshare(flags | _CLONE_NEWIPC | _CLONE_NEWUTS), "unshare")
@@ -174,9 +209,21 @@ def _isolate(area: str, stage: str, run_dir: str) -> None:
         f.write(f"{gid} {gid} 1")
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     _mount(run_dir, stage, None, _MS_BIND | _MS_REC)
+    # Held open across the new tmpfs mounts, which cover their paths.
+    kept = [(p, os.open(p, _O_PATH)) for p in _mounts_under_tmp(os.path.dirname(area))]
     _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+    for point, fd in kept:
+        source = f"/proc/self/fd/{fd}"
+        if os.path.isdir(source):
+            os.makedirs(point, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(point), exist_ok=True)
+            open(point, "a").close()  # a mount point for a bound file
+        # A bind keeps the mount's own flags (read-only stays read-only).
+        _mount(source, point, None, _MS_BIND | _MS_REC)
+        os.close(fd)
     if os.path.isdir(area):
         _mount("tmpfs", area, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755")
     os.makedirs(run_dir, exist_ok=True)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from rcb_env._common import parse_python
 from rcb_env.errors import SandboxError
 from rcb_env.logs import get_logger
 from rcb_env.sandbox import scratch as scratch_dirs
@@ -62,7 +63,7 @@ class WarmUnavailable(SandboxError):
 
 def _modules_of(path: Path) -> list[str]:
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        tree = parse_python(path.read_text(encoding="utf-8", errors="replace"))
     except (OSError, SyntaxError, ValueError):
         return []
     names: list[str] = []
