@@ -497,3 +497,34 @@ def test_a_declared_hidden_package_is_guarded_like_a_reference(tmp_path: Path) -
             body,
             r.tests[0].message,
         )
+
+
+def test_the_runners_import_guard_costs_the_same_whatever_is_imported() -> None:
+    """Once sealed, the runner checks every ``import`` statement for a reference module coming
+    back; code that imports inside hot functions (torch does) must not pay per module loaded
+    (it once made a published paper's 0.04 s of tests take 8 s)."""
+    import sys
+    import time
+    import types
+
+    from rcb_env.grading import _runner
+
+    def per_import(extra: int) -> float:
+        names = [f"rcb_fake_module_{i}" for i in range(extra)]
+        for n in names:
+            sys.modules[n] = types.ModuleType(n)
+        try:
+            start = time.perf_counter()
+            for _ in range(300):
+                _runner._import("json")
+            return time.perf_counter() - start
+        finally:
+            for n in names:
+                sys.modules.pop(n, None)
+
+    _runner._sealed[0] = True
+    try:
+        few, many = per_import(0), per_import(5_000)
+    finally:
+        _runner._sealed[0] = False
+    assert many < 5 * few + 0.05, (few, many)

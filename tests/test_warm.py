@@ -10,7 +10,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import psutil
@@ -363,6 +363,41 @@ def test_imports_that_start_threads_make_the_environment_grade_cold(
         WarmProcess(
             launcher, python=python, env=env, modules=["rcb_thread_at_import"], scratch=scratch
         )
+    # jemalloc's background thread (pyarrow's allocator) is fork-safe: a module that starts a
+    # thread of that name does not make the environment cold; one of another name does.
+    named = {}
+    for thread_name in ("jemalloc_bg_thd", "my_worker"):
+        module = f"rcb_thread_{thread_name}"
+        named[thread_name] = _module_dir(
+            module,
+            "import ctypes, threading, time\n"
+            "def run():\n"
+            f"    ctypes.CDLL(None).prctl(15, b{thread_name!r}, 0, 0, 0)\n"
+            "    time.sleep(60)\n"
+            "t = threading.Thread(target=run, daemon=True)\n"
+            "t.start()\n"
+            "time.sleep(0.2)\n",
+            module_dirs,
+        )
+    named_cfg = SandboxConfig(backend="bwrap", read_only=tuple(named.values()))
+    named_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(map(str, named.values()))}
+    jemalloc = WarmProcess(
+        BwrapExecutor(named_cfg, scratch),
+        python=python,
+        env=named_env,
+        modules=["rcb_thread_jemalloc_bg_thd"],
+        scratch=scratch,
+    )
+    jemalloc.close()
+    assert jemalloc.imported == ["rcb_thread_jemalloc_bg_thd"]
+    with pytest.raises(WarmUnavailable, match=r"started 1 thread\(s\): my_worker"):
+        WarmProcess(
+            BwrapExecutor(named_cfg, scratch),
+            python=python,
+            env=named_env,
+            modules=["rcb_thread_my_worker"],
+            scratch=scratch,
+        )
     # A CUDA context after the imports (a stand-in torch that says it has one) is unsafe too.
     fake_torch = _module_dir(
         "torch",
@@ -608,3 +643,104 @@ def test_the_first_grading_probes_the_pristine_paper_and_only_it_adds_imports(
     assert again.grading_path == "warm"
     assert "antigravity" not in proc.imported
     assert warm.grade(paper, snippet, snippet.reference_body).passed
+    assert proc.runs == 4  # the probe, the two forged bodies, the reference
+
+
+def test_a_first_grading_of_the_reference_is_the_probe_itself(tasks: Pset) -> None:
+    """The oracle's and validation's first grading is of the pristine paper already: it is the
+    probe (no extra run), and its verdict is the paper's health."""
+    if bwrap.probe() is not None:
+        pytest.skip(str(bwrap.probe()))
+    paper = tasks.paper("rmsnorm-swiglu")
+    snippet = paper.snippets[-1]
+    factory = SandboxFactory(SandboxConfig(backend="bwrap"))
+    try:
+        grader = Grader(GradingConfig(timeout_s=60), executor=factory.grading_executor(paper))
+        result = grader.grade(paper, snippet, snippet.reference_body)
+        assert result.passed
+        assert result.grading_path == "warm"
+        proc = warm_process(grader, paper)
+        assert proc.runs == 1
+        assert set(proc.imported) > set(proc.modules)  # it added what the run imported
+        # The health check of a failing candidate is answered from it: one more run only.
+        indent = snippet.reference_body[
+            : len(snippet.reference_body) - len(snippet.reference_body.lstrip())
+        ]
+        assert not grader.grade(paper, snippet, f"{indent}raise ValueError('wrong')\n").passed
+        assert proc.runs == 2
+    finally:
+        factory.close()
+
+
+def test_the_next_papers_warm_process_starts_while_the_current_one_is_graded(
+    tasks: Pset,
+) -> None:
+    if bwrap.probe() is not None:
+        pytest.skip(str(bwrap.probe()))
+    from rcb_env.grading.prewarm import Prewarmer
+
+    first, second = tasks.paper("adamw-warmup"), tasks.paper("scaled-attention")
+    factory = SandboxFactory(SandboxConfig(backend="bwrap"))
+    try:
+        prewarmer = Prewarmer(factory.grading_executor, GradingConfig(), [first, first, second])
+        prewarmer.starting(first)
+        prewarmer.starting(first)  # once per paper
+        prewarmer.starting(second)  # the last paper: nothing follows
+        prewarmer.close()
+        assert prewarmer.started == [second.id]
+        grader = Grader(GradingConfig(timeout_s=60), executor=factory.grading_executor(second))
+        (ready,) = factory.impl._warm.processes()  # type: ignore[attr-defined]
+        assert ready.runs == 0
+        snippet = second.snippets[0]
+        assert grader.grade(second, snippet, snippet.reference_body).grading_path == "warm"
+        assert warm_process(grader, second) is ready
+        assert ready.runs == 1
+    finally:
+        factory.close()
+    # Without a warm path (cold grading) it starts nothing.
+    cold = SandboxFactory(SandboxConfig(backend="bwrap", warm_grading=False))
+    try:
+        prewarmer = Prewarmer(cold.grading_executor, GradingConfig(), [first, second])
+        prewarmer.starting(first)
+        prewarmer.close()
+        assert prewarmer.started == []
+    finally:
+        cold.close()
+
+
+def test_a_warm_area_that_goes_away_before_the_copy_is_made_means_cold(
+    target: tuple[Paper, Snippet],
+) -> None:
+    """Another grading may find the warm process dead and close it (its area goes) between
+    this grading's choice of the area and its copy: cold, never an infrastructure error."""
+    if bwrap.probe() is not None:
+        pytest.skip(str(bwrap.probe()))
+    paper, snippet = target
+    factory = SandboxFactory(SandboxConfig(backend="bwrap"))
+
+    class VanishingArea(WarmExecutor):
+        def area(self, env: Mapping[str, str], python: str) -> Path:
+            proc = self.process(env)
+            proc.close()
+            return proc.area
+
+    try:
+        real = factory.grading_executor(paper)
+        assert isinstance(real, WarmExecutor)
+        vanishing = VanishingArea(
+            real.cold,
+            real.launcher,
+            real.pool,
+            python=real.python,
+            modules=real.modules,
+            output_limit=real.output_limit,
+        )
+        result = Grader(GradingConfig(timeout_s=60), executor=vanishing).grade(
+            paper, snippet, snippet.reference_body
+        )
+        assert result.passed
+        assert result.grading_path.startswith("cold: the warm process's area went away"), (
+            result.grading_path
+        )
+    finally:
+        factory.close()

@@ -69,6 +69,8 @@ _sources: dict[str, bytes] = {}
 #: one gets this very object back (tests set module globals that functions imported earlier
 #: read), while tested code is refused.
 _held: dict[str, Any] = {}
+#: Names of the modules served from ``_sources`` after the seal (see _MemoryFinder)
+_served: set[str] = set()
 #: set once the test module is loaded and the protected files are off the disk
 _sealed = [False]
 _bypass = [False]
@@ -209,6 +211,7 @@ class _MemoryFinder(importlib.abc.MetaPathFinder):
             ):
                 if candidate in _sources:
                     self._check(fullname)
+                    _served.add(fullname)
                     return importlib.util.spec_from_loader(
                         fullname,
                         _MemoryLoader(candidate),
@@ -292,12 +295,14 @@ def _import(
     level: int = 0,
 ) -> Any:
     """``__import__``, except that once sealed, a reference module the tests import again
-    does not stay in ``sys.modules`` (where tested code could pick it up without a file)."""
+    does not stay in ``sys.modules`` (where tested code could pick it up without a file).
+    Once the files are off the disk, only :class:`_MemoryFinder` can load one (a held module or
+    a source in memory), so those names are the ones to drop: a constant cost per import (code
+    that imports inside hot functions, as torch does, would otherwise pay for every module)."""
     module = _original_import(name, globals, locals, fromlist, level)
     if _sealed[0]:
-        for key, value in list(sys.modules.items()):
-            if key in _held or getattr(value, "__file__", None) in _sources:
-                sys.modules.pop(key, None)
+        for key in (*_held, *_served):
+            sys.modules.pop(key, None)
     return module
 
 

@@ -5,6 +5,7 @@ is checked against the pristine paper."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -179,6 +180,20 @@ class Grader:
         log.debug("graded", snippet=snippet.id, outcome=result.outcome, kind=result.kind)
         return result
 
+    def prewarm(self, paper: Paper) -> bool:
+        """Start ``paper``'s warm process now (meant for a background thread while other
+        gradings run), so that its first grading does not wait for the imports. True if one is
+        live; a failure is quiet here and decided when the paper is graded."""
+        executor = self.executor
+        if not isinstance(executor, WarmExecutor):
+            return False
+        try:
+            python = self.python or envs.python_for(paper)
+            executor.area(self._base_env(paper, python), str(python))
+        except (SandboxError, OSError):
+            return False
+        return True
+
     def _health_key(self, paper: Paper, snippet: Snippet) -> tuple[str, ...]:
         image = str(getattr(self.executor, "image", ""))
         return (
@@ -249,24 +264,31 @@ class Grader:
             result = self._run_in(executor.cold, paper, snippet, body)
             return result.model_copy(update={"grading_path": f"cold: {exc}"})
 
+    def _claim_probe(self, executor: WarmExecutor, paper: Paper) -> bool:
+        """Is the caller to make the next run of ``paper`` the probe of its (new) warm process?"""
+        try:
+            python = self.python or envs.python_for(paper)
+            return executor.claim_probe(self._base_env(paper, python), str(python))
+        except SandboxError:
+            return False  # no warm process: the run itself goes cold
+
     def _probe(self, executor: WarmExecutor, paper: Paper, snippet: Snippet) -> None:
         """A new warm process first grades the pristine paper, then imports what that run
         imported (lazy imports would otherwise cost every run). Its verdict is the paper's
         health, remembered as :meth:`pristine_health` would."""
-        try:
-            python = self.python or envs.python_for(paper)
-            if not executor.claim_probe(self._base_env(paper, python), str(python)):
-                return
-        except SandboxError:
-            return  # no warm process: the run itself goes cold
-        first = self.health_snippet(paper, snippet)
-        try:
-            result = self._run_in(executor, paper, first, first.reference_body, probe=True)
-        except WarmUnavailable:
+        if not self._claim_probe(executor, paper):
             return
+        first = self.health_snippet(paper, snippet)
+        with contextlib.suppress(WarmUnavailable):
+            self._run_in(executor, paper, first, first.reference_body, probe=True)
+
+    def _remember_health(self, paper: Paper, snippet: Snippet, result: GradeResult) -> None:
+        """A run of the pristine paper (``snippet``'s reference) is its test file's health."""
         if not result.is_infra_error:
             with _health_lock:
-                _health.setdefault(self._health_key(paper, first), result)
+                _health.setdefault(
+                    self._health_key(paper, self.health_snippet(paper, snippet)), result
+                )
 
     def _run_in(
         self,
@@ -278,7 +300,11 @@ class Grader:
         probe: bool = False,
     ) -> GradeResult:
         if isinstance(executor, WarmExecutor) and not probe:
-            self._probe(executor, paper, snippet)
+            if body == snippet.reference_body and self._claim_probe(executor, paper):
+                # This run is of the pristine paper: it is the probe itself (no extra run).
+                probe = True
+            else:
+                self._probe(executor, paper, snippet)
         source = source_for(paper)
         expected = self.expected(paper, snippet)
         test_file = source.test_file(paper, snippet)
@@ -291,7 +317,14 @@ class Grader:
         if isinstance(executor, WarmExecutor):
             # Where its warm process sees the copy; raises WarmUnavailable (grade cold).
             parent = executor.area(self._base_env(paper, python), str(python))
-        workdir = scratch_dirs.make("rcb-grade-", parent)
+        warm = isinstance(executor, WarmExecutor)
+        try:
+            workdir = scratch_dirs.make("rcb-grade-", parent)
+        except OSError as exc:
+            if warm and not parent.is_dir():
+                # Its warm process ended (and its area went) meanwhile: grade cold.
+                raise WarmUnavailable(f"the warm process's area went away: {exc}") from exc
+            raise GradingError(f"cannot prepare a grading copy of {paper.id}: {exc}") from exc
         try:
             folder = workdir / paper.slug
             try:
@@ -310,6 +343,8 @@ class Grader:
                 (workdir / "home").mkdir()
                 (workdir / "tmp").mkdir()
             except OSError as exc:
+                if warm and not parent.is_dir():
+                    raise WarmUnavailable(f"the warm process's area went away: {exc}") from exc
                 raise GradingError(f"cannot prepare a grading copy of {paper.id}: {exc}") from exc
             report = rcb / "report.jsonl"
             mb = 1024 * 1024
@@ -360,7 +395,7 @@ class Grader:
                 return text.replace(where, GRADING_DIR)
 
             tests = tuple(t.model_copy(update={"message": stable(t.message)}) for t in tests)
-            return GradeResult(
+            result = GradeResult(
                 snippet_id=snippet.id,
                 outcome=outcome,
                 kind=kind,
@@ -374,6 +409,9 @@ class Grader:
                 stderr=stable(run.stderr),
                 grading_path="warm" if run.warm else "cold",
             )
+            if probe:
+                self._remember_health(paper, snippet, result)
+            return result
         finally:
             scratch_dirs.discard(workdir)
 

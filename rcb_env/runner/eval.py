@@ -23,6 +23,7 @@ from rcb_env.episode.outcome import EpisodeOutcome
 from rcb_env.episode.wrappers import Budgets
 from rcb_env.errors import ConfigError, InfraError, Stage, infra_error
 from rcb_env.grading.grader import GradingConfig
+from rcb_env.grading.prewarm import Prewarmer
 from rcb_env.logs import get_logger
 from rcb_env.results.records import (
     EpisodeRecord,
@@ -391,6 +392,7 @@ def run_eval(
 
     dispatcher: Any = None
     factory: SandboxFactory | None = None
+    prewarmer: Prewarmer | None = None
     if ray_address is not None:
         from rcb_env.runner.ray_runner import WATCHDOG_MARGIN_S, RayDispatcher
 
@@ -400,11 +402,14 @@ def run_eval(
     else:
         new_agent = make_agent or make_agent_factory(cfg, pset)
         factory = SandboxFactory(cfg.sandbox)
+        prewarmer = Prewarmer(factory.grading_executor, cfg.grading, [p for p, _, _ in todo])
     try:
 
         def work(item: tuple[Paper, Snippet, int]) -> None:
             paper, snippet, sample = item
             assert factory is not None
+            if prewarmer is not None:
+                prewarmer.starting(paper)
             keep(run_episode(paper, snippet, sample, new_agent(), cfg, factory, run_id), item)
 
         def run_all(items: list[tuple[Paper, Snippet, int]]) -> None:
@@ -432,6 +437,8 @@ def run_eval(
             run_all(again)
     finally:
         writer.close()
+        if prewarmer is not None:
+            prewarmer.close()
         if factory is not None:
             factory.close()
         if dispatcher is not None:

@@ -5,9 +5,9 @@ Usage: ``python _warm.py CONFIG_JSON`` (CONFIG_JSON: a file with ``modules``, th
 modules to import once, ``area``, the folder where every grading copy lies, and ``stage``, an
 empty folder of the sandbox).
 
-It imports the modules, checks that forking is safe afterwards (one thread, no CUDA context),
-and then serves gradings over its standard input and output (JSON lines; see
-:mod:`rcb_env.sandbox.warm` for the host's side):
+It imports the modules, checks that forking is safe afterwards (no other thread but fork-safe
+ones, no CUDA context), and then serves gradings over its standard input and output (JSON lines;
+see :mod:`rcb_env.sandbox.warm` for the host's side):
 
 - out ``{"event": "ready", "pid": P, "imported": [...], "failed": {...}}``, or
   ``{"event": "unsafe", "why": "..."}`` and it exits;
@@ -108,11 +108,30 @@ def _send(event: dict[str, Any]) -> None:
     os.write(_proto, json.dumps(event).encode() + b"\n")
 
 
-def _threads() -> int:
+#: Threads that do not make forking unsafe: jemalloc's background thread (pyarrow, hence pandas,
+#: starts one) -- jemalloc takes all its locks around fork and a child has none of these threads.
+FORK_SAFE_THREADS = frozenset({"jemalloc_bg_thd"})
+
+
+def _threads() -> list[str]:
+    """Names of this process's other threads, except the fork-safe ones."""
+    own = str(os.getpid())
+    names = []
     try:
-        return len(os.listdir("/proc/self/task"))
+        tasks = os.listdir("/proc/self/task")
     except OSError:
-        return 1
+        return []
+    for tid in tasks:
+        if tid == own:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/comm", encoding="utf-8") as f:
+                name = f.read().strip()
+        except OSError:
+            continue  # it has ended
+        if name not in FORK_SAFE_THREADS:
+            names.append(name)
+    return names
 
 
 def _preimport(modules: list[str]) -> tuple[list[str], dict[str, str], str | None, bytes, bytes]:
@@ -133,8 +152,9 @@ def _preimport(modules: list[str]) -> tuple[list[str], dict[str, str], str | Non
                 imported.append(name)
             except BaseException as exc:
                 failed[name] = f"{type(exc).__name__}: {exc}"[:300]
-            if _threads() > 1:
-                unsafe = f"importing {name} started {_threads() - 1} thread(s)"
+            threads = _threads()
+            if threads:
+                unsafe = f"importing {name} started {len(threads)} thread(s): {', '.join(threads)}"
                 break
         torch = sys.modules.get("torch")
         cuda = getattr(torch, "cuda", None)

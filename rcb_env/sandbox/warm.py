@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, TypeVar, cast
 
 from rcb_env._common import parse_python
 from rcb_env.errors import SandboxError
@@ -232,6 +232,8 @@ class WarmProcess:
         self.dead = False
         self.why_dead = ""
         self.in_flight = 0
+        self.runs = 0
+        """Runs started (probes included)."""
         self.last_used = time.monotonic()
         self.probe_allowed = probe
         self._probe_claimed = False
@@ -241,19 +243,23 @@ class WarmProcess:
         self.startup_s = 0.0
         start = time.monotonic()
         try:
-            self._proc = subprocess.Popen(
-                [
-                    *prefix,
-                    python,
-                    str(self.control / "warm.py"),
-                    str(self.control / "config.json"),
-                    "." * _ROOM,
-                ],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                env=self._launch.env or {"PATH": os.environ.get("PATH", os.defpath)},
-                start_new_session=True,
+            argv = [
+                *prefix,
+                python,
+                str(self.control / "warm.py"),
+                str(self.control / "config.json"),
+                "." * _ROOM,
+            ]
+            launch_env = self._launch.env or {"PATH": os.environ.get("PATH", os.defpath)}
+            self._proc = _SPAWNER.run(
+                lambda: subprocess.Popen(
+                    argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    env=launch_env,
+                    start_new_session=True,
+                )
             )
         except OSError as exc:
             self._discard()
@@ -426,6 +432,7 @@ class WarmProcess:
         with self._lock:
             self._waiters[rid] = waiter
             self.in_flight += 1
+            self.runs += 1
             self.last_used = time.monotonic()
         try:
             self.launcher.prepare(writable)
@@ -558,6 +565,44 @@ class WarmProcess:
         scratch_dirs.discard(self.root)
 
 
+class _Spawner:
+    """Starts warm processes from one long-lived thread. A sandbox that dies with its parent
+    (bwrap's ``--die-with-parent``, ``PR_SET_PDEATHSIG``) dies when the *thread* that started
+    it ends, and gradings (validation's workers, a background start of the next paper) start
+    warm processes from threads that end long before the process should."""
+
+    def __init__(self) -> None:
+        self._requests: queue.Queue[tuple[Callable[[], Any], queue.Queue[Any]]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def run(self, start: Callable[[], _T]) -> _T:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._serve, name="rcb-warm-spawner", daemon=True
+                )
+                self._thread.start()
+        done: queue.Queue[Any] = queue.Queue(maxsize=1)
+        self._requests.put((start, done))
+        ok, value = done.get()
+        if not ok:
+            raise value
+        return cast("_T", value)
+
+    def _serve(self) -> None:
+        while True:
+            start, done = self._requests.get()
+            try:
+                done.put((True, start()))
+            except BaseException as exc:
+                done.put((False, exc))
+
+
+_T = TypeVar("_T")
+_SPAWNER = _Spawner()
+
+
 def _key(python: str, env: Mapping[str, str], modules: Sequence[str]) -> tuple[str, ...]:
     kept = sorted(f"{k}={v}" for k, v in env.items() if k not in _PER_RUN_ENV)
     return (python, *kept, "\0", *modules)
@@ -620,8 +665,13 @@ class WarmPool:
                     self._procs.pop(key, None)
                 raise
             with self._lock:
-                self._procs[key] = proc
-                self._failures[key] = failures
+                closed = self.closed
+                if not closed:
+                    self._procs[key] = proc
+                    self._failures[key] = failures
+            if closed:  # closed while this one started (a background start)
+                proc.close()
+                raise WarmUnavailable("the warm pool is closed")
             return proc
 
     def _evict(self) -> None:

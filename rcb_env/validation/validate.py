@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from enum import StrEnum
 
 from rcb_env._common import Frozen
 from rcb_env.grading.grader import Grader
 from rcb_env.grading.models import GradeResult, Outcome
+from rcb_env.grading.prewarm import Prewarmer
 from rcb_env.sandbox.base import Executor
 from rcb_env.task.models import LoadFailure, Paper, Pset, Snippet
 from rcb_env.task.source import source_for
@@ -182,29 +183,32 @@ def validate(
         for p in pset.papers
     }
 
+    prewarmer = Prewarmer(lambda p: graders[p.id].executor, cfg, pset.papers)
+
     def run(paper: Paper, snippet: Snippet, body: str, label: str) -> GradeResult:
+        prewarmer.starting(paper)
         result = graders[paper.id].grade(paper, snippet, body)
         if on_done is not None:
             on_done(f"{snippet.id} [{label}]")
         return result
 
+    refs: dict[tuple[str, str], list[Future[GradeResult]]] = {}
+    per_snippet: dict[str, tuple[Future[GradeResult], Future[GradeResult]]] = {}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        # One reference per test file (paper2code: one per paper; LMR: one per implementation).
-        refs = {
-            (p.id, group.name): [
-                pool.submit(run, p, group, group.reference_body, "reference") for _ in range(repeat)
-            ]
-            for p in pset.papers
-            for group in _test_groups(p)
-        }
-        per_snippet = {
-            s.id: (
-                pool.submit(run, p, s, s.todo_body(), "masked"),
-                pool.submit(run, p, s, s.pass_body(), "pass"),
-            )
-            for p in pset.papers
-            for s in p.snippets
-        }
+        # Paper by paper (a paper's warm process serves its runs together, the next paper's
+        # starting meanwhile): one reference per test file (paper2code: one per paper; LMR:
+        # one per implementation), then every snippet's masked and pass bodies.
+        for p in pset.papers:
+            for group in _test_groups(p):
+                refs[(p.id, group.name)] = [
+                    pool.submit(run, p, group, group.reference_body, "reference")
+                    for _ in range(repeat)
+                ]
+            for s in p.snippets:
+                per_snippet[s.id] = (
+                    pool.submit(run, p, s, s.todo_body(), "masked"),
+                    pool.submit(run, p, s, s.pass_body(), "pass"),
+                )
         papers = []
         for p in pset.papers:
             groups = _test_groups(p)
@@ -238,6 +242,7 @@ def validate(
                     grading_path=_path_of(paths),
                 )
             )
+    prewarmer.close()
     runnable_ids = {s.id for s in pset.snippets}
     return ValidationReport(
         root=str(pset.root),
