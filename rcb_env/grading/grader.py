@@ -317,14 +317,17 @@ class Grader:
         if isinstance(executor, WarmExecutor):
             # Where its warm process sees the copy; raises WarmUnavailable (grade cold).
             parent = executor.area(self._base_env(paper, python), str(python))
-        warm = isinstance(executor, WarmExecutor)
+
+        def unprepared(exc: OSError) -> Exception:
+            if isinstance(executor, WarmExecutor) and not parent.is_dir():
+                # Its warm process ended (and its area went) meanwhile: grade cold.
+                return WarmUnavailable(f"the warm process's area went away: {exc}")
+            return GradingError(f"cannot prepare a grading copy of {paper.id}: {exc}")
+
         try:
             workdir = scratch_dirs.make("rcb-grade-", parent)
         except OSError as exc:
-            if warm and not parent.is_dir():
-                # Its warm process ended (and its area went) meanwhile: grade cold.
-                raise WarmUnavailable(f"the warm process's area went away: {exc}") from exc
-            raise GradingError(f"cannot prepare a grading copy of {paper.id}: {exc}") from exc
+            raise unprepared(exc) from exc
         try:
             folder = workdir / paper.slug
             try:
@@ -343,9 +346,7 @@ class Grader:
                 (workdir / "home").mkdir()
                 (workdir / "tmp").mkdir()
             except OSError as exc:
-                if warm and not parent.is_dir():
-                    raise WarmUnavailable(f"the warm process's area went away: {exc}") from exc
-                raise GradingError(f"cannot prepare a grading copy of {paper.id}: {exc}") from exc
+                raise unprepared(exc) from exc
             report = rcb / "report.jsonl"
             mb = 1024 * 1024
             timeout = self.timeout_for(paper)
