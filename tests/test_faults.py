@@ -155,14 +155,16 @@ def test_a_grader_killed_once_from_outside_is_retried_and_scored(
 def test_a_grader_killed_on_every_attempt_is_infrastructure(
     adamw: Paper, tmp_path: Path, bwrap_config: SandboxConfig, task_grading: GradingConfig
 ) -> None:
+    """A candidate's kill is not run again (it could have been its own doing); the pristine
+    paper, killed on all of its three attempts too, shows the environment is at fault."""
     snippet = adamw.snippets[0]
     grader, executor = _bwrap_grader(tmp_path, bwrap_config, task_grading, kills=100)
     result = grader.grade(adamw, snippet, _equivalent(snippet.reference_body))
     assert result.outcome is Outcome.INFRA_ERROR
     assert result.kind is FailureKind.KILLED
-    assert result.attempts == 3
-    # three candidate runs, then the pristine paper (also three, also killed)
-    assert executor.runs == 6
+    assert result.attempts == 1
+    # one candidate run, then the pristine paper (three attempts, all killed)
+    assert executor.runs == 4
 
 
 def test_a_candidate_that_kills_itself_is_failed_not_excluded(
@@ -175,9 +177,10 @@ def test_a_candidate_that_kills_itself_is_failed_not_excluded(
     result = grader.grade(adamw, snippet, body)
     assert result.outcome is Outcome.FAILED
     assert result.kind is FailureKind.KILLED
-    assert result.attempts == 3
+    # Not run again: a retry is what an attack that learns across attempts needs.
+    assert result.attempts == 1
     assert "candidate's failure" in result.detail
-    assert executor.runs == 4  # three attempts, then one pristine run that passed
+    assert executor.runs == 2  # its one attempt, then one pristine run that passed
 
 
 @contextlib.contextmanager

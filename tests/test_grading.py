@@ -237,12 +237,12 @@ def test_classify_worst_subtest_outcome_wins_and_torn_lines_are_ignored(tmp_path
         lines.append(hmac.new(key, body, hashlib.sha256).hexdigest().encode() + b" " + body)
     report = tmp_path / "r.jsonl"
     report.write_bytes(b"\n".join(lines) + b'\nabc {"event": "te')
-    outcome, kind, _, _ = classify(read_report(report, key), _OK, ("T.test_a",))
+    outcome, kind, _, _ = classify(read_report(tmp_path, "r.jsonl", key), _OK, ("T.test_a",))
     assert (outcome, kind) == (Outcome.FAILED, FailureKind.TEST_FAILURE)
     # An unsigned line in the middle is forgery, whatever it says.
     forged = b'0000 {"event": "test", "id": "T.test_a", "status": "passed", "seq": 3}'
     report.write_bytes(b"\n".join([*lines[:2], forged, *lines[2:]]) + b"\n")
-    outcome, kind, _, _ = classify(read_report(report, key), _OK, ("T.test_a",))
+    outcome, kind, _, _ = classify(read_report(tmp_path, "r.jsonl", key), _OK, ("T.test_a",))
     assert (outcome, kind) == (Outcome.FAILED, FailureKind.TAMPERING)
 
 

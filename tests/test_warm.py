@@ -398,6 +398,20 @@ def test_imports_that_start_threads_make_the_environment_grade_cold(
             modules=["rcb_thread_my_worker"],
             scratch=scratch,
         )
+    # Writable shared memory after the imports: every forked run would write the same pages.
+    shared = _module_dir(
+        "rcb_shared_memory_at_import",
+        "import mmap\nPAGES = mmap.mmap(-1, 4096, flags=mmap.MAP_SHARED)\n",
+        module_dirs,
+    )
+    with pytest.raises(WarmUnavailable, match="unsafe to fork: writable shared memory"):
+        WarmProcess(
+            BwrapExecutor(SandboxConfig(backend="bwrap", read_only=(shared,)), scratch),
+            python=python,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(shared)},
+            modules=["rcb_shared_memory_at_import"],
+            scratch=scratch,
+        )
     # A CUDA context after the imports (a stand-in torch that says it has one) is unsafe too.
     fake_torch = _module_dir(
         "torch",

@@ -1,7 +1,23 @@
 """Grade a candidate body: a fresh pristine copy with the body inserted (the task source writes
 it), the test file under rcb-env's runner inside the chosen sandbox, and the verdict (code wrong
-vs environment broken). Kills from outside are retried; an infrastructure verdict on a candidate
-is checked against the pristine paper."""
+vs environment broken). A kill shown to come from outside is retried; an infrastructure verdict
+on a candidate is checked against the pristine paper.
+
+What a run may learn, and what may cross runs (see the README's threat model):
+
+- The run's report is a file of the host's (:data:`~rcb_env.sandbox.base.HOST_OWNED`) that the
+  run's user may append to but not read (when rcb-env runs as root and the sandbox as its own
+  user); the host reads it as an untrusted file (:mod:`rcb_env.untrusted`): a folder moved
+  aside, a FIFO, a link or a flood put there instead is tampering, never a wait.
+- A run is killed from outside only provably: the host's OOM killer, seen in the run's cgroup
+  while the run's own limit was not reached. Any other kill (SIGKILL, a crash) is something the
+  tested code could have done to itself; it is not run again, and it is the candidate's failure
+  once the pristine paper passes here. Only the reference, which is trusted, is run again after
+  such a kill.
+- Every run starts from the same state: a fresh copy, a fresh sandbox or a fresh set of
+  namespaces whose writable filesystems are all new (:mod:`rcb_env.sandbox._warm`). A retry
+  therefore needs no fresh process; it cannot see its earlier attempt.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +40,7 @@ from rcb_env.grading.report import read_report
 from rcb_env.grading.verdict import classify
 from rcb_env.logs import get_logger
 from rcb_env.sandbox import scratch as scratch_dirs
-from rcb_env.sandbox.base import Executor
+from rcb_env.sandbox.base import HOST_OWNED, Executor
 from rcb_env.sandbox.local import LocalExecutor
 from rcb_env.sandbox.warm import WarmExecutor, WarmUnavailable
 from rcb_env.task.models import Paper, Snippet
@@ -38,8 +54,13 @@ RUNNER_SOURCE = Path(__file__).with_name("_runner.py")
 #: How the grading copy's location appears in reported output.
 GRADING_DIR = "/grading"
 _PASSTHROUGH_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "LANG", "LC_ALL", "TZ")
-#: Outcomes of a run killed from outside the candidate's control: run again.
-_RETRIED = {FailureKind.KILLED, FailureKind.HOST_OOM}
+#: Outcomes of a run killed from outside the candidate's control (shown by the run's cgroup):
+#: run again.
+_RETRIED = {FailureKind.HOST_OOM}
+#: The reference is trusted: any kill of it came from outside.
+_RETRIED_REFERENCE = {FailureKind.KILLED, FailureKind.HOST_OOM}
+#: Where a run's report lies in its grading folder (the host's folder: see the module's notes).
+REPORT = f"{HOST_OWNED}/report.jsonl"
 
 
 class GradingConfig(BaseModel):
@@ -67,9 +88,27 @@ class GradingConfig(BaseModel):
     if the paper's own reference fails here (a download at test time, a missing package), the
     failure is the environment's: ``infra_error`` / ``reference_fails``, never a 0."""
     kill_retries: int = Field(default=2, ge=0)
-    """Extra runs after a run was killed from outside (a signal neither rcb-env nor the sandbox's
-    limits sent, or the host's OOM killer). Such kills are usually transient; one that repeats
-    on every attempt while the pristine paper passes is the candidate's own doing."""
+    """Extra runs after a run was killed from outside: by the host's OOM killer (any run), or
+    by any signal neither rcb-env nor the sandbox's limits sent (the reference only: a candidate
+    can send that signal to itself)."""
+
+
+def _host_report(workdir: Path) -> Path:
+    """The run's report file, the host's: the folder is searchable but not listable, the file
+    writable but not readable by others (the sandbox's user, when rcb-env runs as root), and
+    neither is theirs to change (:data:`HOST_OWNED` keeps its owner when the tree is given to
+    the sandbox's user; the run may move the folder aside, which the host reads as
+    tampering)."""
+    folder = workdir / HOST_OWNED
+    folder.mkdir()
+    folder.chmod(0o711)
+    report = workdir / REPORT
+    fd = os.open(report, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o622)
+    try:
+        os.fchmod(fd, 0o622)
+    finally:
+        os.close(fd)
+    return report
 
 
 def _sandbox_failure(snippet: Snippet, exc: SandboxError) -> GradeResult:
@@ -151,7 +190,8 @@ class Grader:
         )
         if verify:
             if result.kind is FailureKind.KILLED:
-                # The kill repeated; was it the environment? Ask it now, not from the cache.
+                # The candidate could have killed itself; or was it the environment? Ask it
+                # now, not from the cache.
                 first = self.health_snippet(paper, snippet)
                 health = self._attempts(paper, first, first.reference_body)
             else:
@@ -224,8 +264,10 @@ class Grader:
         return result
 
     def _attempts(self, paper: Paper, snippet: Snippet, body: str) -> GradeResult:
-        """Run the tests; run them again while they are killed from outside, up to the limit."""
+        """Run the tests; run them again while they are killed from outside, up to the limit
+        (each attempt in a fresh copy and sandbox: nothing of one reaches the next)."""
         discarded: list[str] = []
+        retried = _RETRIED_REFERENCE if body == snippet.reference_body else _RETRIED
 
         def note(state: RetryCallState) -> None:
             assert state.outcome is not None
@@ -239,7 +281,7 @@ class Grader:
 
         retrying = Retrying(
             stop=stop_after_attempt(self.config.kill_retries + 1),
-            retry=retry_if_result(lambda r: r.kind in _RETRIED),
+            retry=retry_if_result(lambda r: r.kind in retried),
             wait=wait_none(),
             before_sleep=note,
             retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
@@ -345,9 +387,9 @@ class Grader:
                 )
                 (workdir / "home").mkdir()
                 (workdir / "tmp").mkdir()
+                report = _host_report(workdir)
             except OSError as exc:
                 raise unprepared(exc) from exc
-            report = rcb / "report.jsonl"
             mb = 1024 * 1024
             timeout = self.timeout_for(paper)
             argv = [
@@ -382,7 +424,7 @@ class Grader:
             except SandboxError as exc:
                 return _sandbox_failure(snippet, exc)
             judged = source.judge(
-                paper, snippet, classify(read_report(report, key), run, expected), folder
+                paper, snippet, classify(read_report(workdir, REPORT, key), run, expected), folder
             )
             outcome, kind, detail, tests = judged.verdict
             official = judged.official_pass

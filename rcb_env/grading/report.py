@@ -21,6 +21,7 @@ from rcb_env.grading._runner import (
     EV_TAMPER,
     EV_TEST,
 )
+from rcb_env.untrusted import NotARegularFile, TooLarge, read_beneath
 
 #: Not written by the runner: a line whose signature or sequence number is wrong.
 EV_FORGED = "forged"
@@ -37,15 +38,27 @@ __all__ = [
 ]
 
 
-def read_report(path: Path, key: bytes) -> list[dict[str, Any]]:
-    """The runner's events, verified. Each line is ``<hmac> <json>`` with a sequence number. A
-    torn last line (process killed mid-write) is dropped; a line with a bad signature, or out of
-    sequence, is someone else's writing and becomes a ``forged`` event."""
+#: The most a report may hold: thousands of tests with long messages stay far below it; more
+#: is someone else's writing.
+REPORT_LIMIT = 64 * 1024 * 1024
+
+
+def read_report(
+    base: Path, relative: str, key: bytes, limit: int = REPORT_LIMIT
+) -> list[dict[str, Any]]:
+    """The runner's events, verified, from ``base / relative`` (read as an untrusted file: a
+    FIFO, link or folder put there instead, or a file over ``limit`` bytes, is someone else's
+    doing and becomes a ``forged`` event; nothing here waits). Each line is ``<hmac> <json>``
+    with a sequence number. A torn last line (process killed mid-write) is dropped; a line with
+    a bad signature, or out of sequence, is someone else's writing and becomes a ``forged``
+    event."""
     events: list[dict[str, Any]] = []
     try:
-        raw = path.read_bytes()
+        raw = read_beneath(base, relative, limit)
     except FileNotFoundError:
         return events
+    except (NotARegularFile, TooLarge) as exc:
+        return [{"event": EV_FORGED, "why": f"the report cannot be read: {exc}"}]
     lines = raw.split(b"\n")
     expected = 1
     for i, line in enumerate(lines):

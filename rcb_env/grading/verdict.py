@@ -55,7 +55,7 @@ def classify(
     for e in events:
         kind = e.get("event")
         if kind == EV_FORGED:
-            tampering.append("a report line not written by the runner")
+            tampering.append(str(e.get("why") or "a report line not written by the runner"))
         elif kind == EV_TAMPER:
             tampering.append(f"{', '.join(e.get('what', []))[:300]} changed ({e.get('where')})")
         elif kind == EV_START:

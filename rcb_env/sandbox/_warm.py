@@ -40,6 +40,7 @@ import json
 import os
 import random
 import signal
+import stat
 import sys
 import tempfile
 import traceback
@@ -51,8 +52,21 @@ _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWPID = 0x20000000
 _CLONE_NEWNET = 0x40000000
-_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT = 1, 2, 4, 8, 32
+_MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME, _MS_STRICTATIME = 1024, 2048, 1 << 21, 1 << 24
 _MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
+#: Per-mount options a remount inside a user namespace must keep (the kernel locks them).
+_LOCKED_OPTIONS = {
+    "nosuid": _MS_NOSUID,
+    "nodev": _MS_NODEV,
+    "noexec": _MS_NOEXEC,
+    "noatime": _MS_NOATIME,
+    "nodiratime": _MS_NODIRATIME,
+    "relatime": _MS_RELATIME,
+    "strictatime": _MS_STRICTATIME,
+}
+#: File systems that hold no files a run could create and a later run read.
+_NO_STORAGE = frozenset({"proc", "sysfs", "devpts", "cgroup", "cgroup2"})
 _MNT_DETACH = 2
 _O_PATH = 0o10000000
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS = 1, 4, 38
@@ -134,6 +148,18 @@ def _threads() -> list[str]:
     return names
 
 
+def _shared_writable_mappings() -> list[str]:
+    """This process's writable shared memory mappings (``rw-s`` in /proc/self/maps): pages that
+    every process forked from it would share, not copy."""
+    found = []
+    with contextlib.suppress(OSError), open("/proc/self/maps", encoding="utf-8") as f:
+        for line in f:
+            fields = line.split(None, 5)
+            if len(fields) > 1 and "w" in fields[1] and fields[1].endswith("s"):
+                found.append(fields[5].strip() if len(fields) > 5 else fields[0])
+    return found
+
+
 def _preimport(modules: list[str]) -> tuple[list[str], dict[str, str], str | None, bytes, bytes]:
     """Import ``modules``; their output is kept (each run shows it first, as a cold start
     would). Returns (imported, failed, why unsafe, stdout, stderr)."""
@@ -156,6 +182,10 @@ def _preimport(modules: list[str]) -> tuple[list[str], dict[str, str], str | Non
             if threads:
                 unsafe = f"importing {name} started {len(threads)} thread(s): {', '.join(threads)}"
                 break
+        shared = _shared_writable_mappings()
+        if unsafe is None and shared:
+            # Forked runs would all write the same pages: a channel from one run to the next.
+            unsafe = f"writable shared memory after the imports: {', '.join(shared[:3])}"
         torch = sys.modules.get("torch")
         cuda = getattr(torch, "cuda", None)
         if unsafe is None and cuda is not None:
@@ -215,9 +245,124 @@ def _mounts_under_tmp(own_root: str) -> list[str]:
     )
 
 
+def _mount_id(path: str) -> int | None:
+    """The id of the mount that ``path`` resolves to (None: it does not resolve)."""
+    try:
+        fd = os.open(path, _O_PATH | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("mnt_id:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    return None
+
+
+def _mounts() -> list[tuple[int, str, set[str], str]]:
+    """(id, mount point, per-mount options, file system type) of every mount in this
+    namespace."""
+    found = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        for line in f:
+            head, _, tail = line.partition(" - ")
+            fields = head.split()
+            if len(fields) < 6 or not tail:
+                continue
+            found.append(
+                (int(fields[0]), _unescape(fields[4]), set(fields[5].split(",")), tail.split()[0])
+            )
+    return found
+
+
+def _fresh_dev(held: list[tuple[str, int | str]]) -> list[str]:
+    """A new /dev of the run's own: a fresh tmpfs with the sandbox's character devices bound
+    in (``held``: their names and O_PATH descriptors, or a symbolic link's target), fresh
+    ``shm`` and, where the kernel allows, fresh ``pts`` and ``mqueue``; read-only but for
+    ``shm``. Returns the mount points of the file systems made anew."""
+    _mount("tmpfs", "/dev", "tmpfs", _MS_NOSUID | _MS_NOEXEC, "mode=0755")
+    fresh = ["/dev"]
+    for name, what in held:
+        path = "/dev/" + name
+        if isinstance(what, str):
+            os.symlink(what, path)
+            continue
+        open(path, "w").close()  # a mount point for the device
+        _mount(f"/proc/self/fd/{what}", path, None, _MS_BIND)
+        os.close(what)
+    for name, fstype, flags, data in (
+        ("shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777"),
+        ("pts", "devpts", _MS_NOSUID | _MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620"),
+        ("mqueue", "mqueue", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, ""),
+    ):
+        os.mkdir("/dev/" + name)
+        try:
+            _mount(fstype, "/dev/" + name, fstype, flags, data)
+            fresh.append("/dev/" + name)
+        except OSError:
+            if name == "shm":
+                raise
+    # The new /dev itself read-only: the run writes in shm, like everywhere else in /tmp.
+    _mount(None, "/dev", None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NOEXEC)
+    return fresh
+
+
+def _held_dev() -> list[tuple[str, int | str]]:
+    """The sandbox's /dev entries a run gets again: character devices (held by O_PATH
+    descriptors across the new /dev that covers them) and symbolic links."""
+    held: list[tuple[str, int | str]] = []
+    with contextlib.suppress(OSError):
+        for name in sorted(os.listdir("/dev")):
+            path = "/dev/" + name
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                held.append((name, os.readlink(path)))
+            elif stat.S_ISCHR(st.st_mode):
+                held.append((name, os.open(path, _O_PATH | os.O_NOFOLLOW)))
+    return held
+
+
+def _seal_shared_mounts(fresh: set[int], own: str) -> None:
+    """Every file system the run can reach and write must be its own (``fresh``: ids of the
+    mounts made anew for it; ``own``: its grading copy). Any other writable one (a folder the
+    sandbox shares between runs: its stage, a message queue file system, a writable bind) is
+    made read-only here; one that cannot be is an error, and the run is not started."""
+    for _ in range(2):
+        shared = []
+        for mid, point, options, fstype in _mounts():
+            if mid in fresh or "rw" not in options or fstype in _NO_STORAGE or point == own:
+                continue
+            if _mount_id(point) != mid:
+                continue  # covered by another mount: out of reach
+            with contextlib.suppress(OSError):
+                if stat.S_ISCHR(os.stat(point).st_mode):
+                    continue  # a device bound in: no files to keep
+            shared.append((point, options))
+        if not shared:
+            return
+        for point, options in shared:
+            flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY
+            for option, flag in _LOCKED_OPTIONS.items():
+                if option in options:
+                    flags |= flag
+            with contextlib.suppress(OSError):
+                _mount(None, point, None, flags)
+    raise OSError(f"writable file systems shared between runs: {', '.join(p for p, _ in shared)}")
+
+
 def _isolate(area: str, stage: str, run_dir: str) -> None:
-    """Namespaces for one run: only ``run_dir`` of the area stays visible. Fresh /tmp and
-    /dev/shm, with whatever the sandbox mounted below them (its read-only folders) bound back."""
+    """Namespaces for one run: only ``run_dir`` of the area stays visible. Fresh /tmp and /dev
+    (its devices bound in, with fresh shm, pts and mqueue), with whatever the sandbox mounted
+    below /tmp and /dev/shm (its read-only folders) bound back. Every other file system the run
+    could write is made read-only: nothing a run writes outside its own copy and its own fresh
+    file systems can reach a later run."""
     uid, gid = os.getuid(), os.getgid()
     flags = _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET
     _check(_libc.unshare(flags | _CLONE_NEWIPC | _CLONE_NEWUTS), "unshare")
@@ -232,8 +377,9 @@ def _isolate(area: str, stage: str, run_dir: str) -> None:
     # Held open across the new tmpfs mounts, which cover their paths.
     kept = [(p, os.open(p, _O_PATH)) for p in _mounts_under_tmp(os.path.dirname(area))]
     _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
-    if os.path.isdir("/dev/shm"):
-        _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+    fresh_points = ["/tmp"]
+    if os.path.isdir("/dev"):
+        fresh_points += _fresh_dev(_held_dev())
     for point, fd in kept:
         source = f"/proc/self/fd/{fd}"
         if os.path.isdir(source):
@@ -246,9 +392,12 @@ def _isolate(area: str, stage: str, run_dir: str) -> None:
         os.close(fd)
     if os.path.isdir(area):
         _mount("tmpfs", area, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755")
+        fresh_points.append(area)
     os.makedirs(run_dir, exist_ok=True)
     _mount(stage, run_dir, None, _MS_BIND | _MS_REC)
     _check(_libc.umount2(stage.encode(), _MNT_DETACH), "umount the stage")
+    fresh = {m for m in map(_mount_id, fresh_points) if m is not None}
+    _seal_shared_mounts(fresh, run_dir)
 
 
 def _rewrite_process_strings(argv: list[str], env: dict[str, str]) -> None:
@@ -291,7 +440,8 @@ def _worker(request: dict[str, Any], out_fd: int, err_fd: int, imports: tuple[by
     os.dup2(err_fd, 2)
     for fd in (null, out_fd, err_fd):
         os.close(fd)
-    os.closerange(3, 1024)
+    # Every other descriptor, however high (close_range: one system call).
+    os.closerange(3, 1 << 30)
     _drop_capabilities()
     os.chdir(request["cwd"])
     os.environ.clear()

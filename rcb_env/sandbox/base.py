@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import stat
 import threading
 import weakref
 from abc import ABC, abstractmethod
@@ -269,12 +271,24 @@ class Sandbox(ABC):
         return ws.unified_diff(self.template, self.workspace)
 
 
+#: A folder of this name in a tree keeps its owner (and what is in it): the host's own files in
+#: a sandbox's folder, such as a grading run's report, which the run may append to but not read
+#: (:mod:`rcb_env.grading.grader`).
+HOST_OWNED = "_rcb_host"
+
+
 def chown_tree(path: Path, uid: int, gid: int) -> None:
-    """Give a folder (or file) and everything in it to ``uid:gid``."""
-    if path.is_file():
+    """Give a folder (or file) and everything in it to ``uid:gid``, except any folder named
+    :data:`HOST_OWNED` and what it holds. Follows no symbolic link, not even ``path`` itself
+    (a sandbox may have swapped a file it just wrote for a link to a folder of the host):
+    the walk holds each folder open and changes its entries relative to it."""
+    if not stat.S_ISDIR(os.lstat(path).st_mode):
         os.chown(path, uid, gid, follow_symlinks=False)
         return
-    os.chown(path, uid, gid)
-    for dirpath, dirnames, filenames in os.walk(path):
+    for _dirpath, dirnames, filenames, dirfd in os.fwalk(path, follow_symlinks=False):
+        if _dirpath == str(path):
+            os.chown(dirfd, uid, gid)
+        dirnames[:] = [d for d in dirnames if d != HOST_OWNED]
         for name in dirnames + filenames:
-            os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+            with contextlib.suppress(FileNotFoundError):
+                os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)

@@ -11,6 +11,7 @@ rlimits always.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import pwd
 import shutil
@@ -51,6 +52,25 @@ def probe() -> str | None:
     if run.returncode != 0:
         return f"bwrap cannot create namespaces here: {run.stderr.decode(errors='replace')[:300]}"
     return None
+
+
+def keyring_guard(python: str) -> list[str]:
+    """A prefix for the sandbox's shell: the task interpreter joins an empty session keyring and
+    installs the seccomp filter that refuses the keyring system calls (the grading runner's own,
+    :func:`rcb_env.grading._runner._close_keyrings`), then becomes the command that follows.
+    Keys are outside every namespace: without it, one episode's shell could leave keys (their
+    descriptions listed in ``/proc/keys`` to every process of the sandbox's user) for the next."""
+    from rcb_env.grading import _runner
+
+    code = (
+        "import os, sys\n"
+        f"{inspect.getsource(_runner._close_keyrings)}\n"
+        f"_KEYRING_CALLS = {_runner._KEYRING_CALLS!r}\n"
+        f"_KEYCTL_JOIN_SESSION_KEYRING = {_runner._KEYCTL_JOIN_SESSION_KEYRING}\n"
+        "_close_keyrings()\n"
+        "os.execvp(sys.argv[1], sys.argv[1:])\n"
+    )
+    return [python, "-I", "-S", "-c", code]
 
 
 @functools.cache
@@ -259,6 +279,9 @@ class BwrapSandbox(Sandbox):
             chown_tree(path, *self._identity)
 
     def _launcher(self) -> list[str]:
+        return [*self._sandbox_command(), *keyring_guard(self.python)]
+
+    def _sandbox_command(self) -> list[str]:
         if self._group is not None:  # a restarted session gets a fresh, empty group
             self._group.remove()
         self._group = Cgroup(

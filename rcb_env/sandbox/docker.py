@@ -93,6 +93,12 @@ def _limits(limits: Limits) -> dict[str, Any]:
     }
 
 
+def _docker_types() -> Any:
+    import docker.types
+
+    return docker.types
+
+
 def _ulimit(name: str, value: int) -> Any:
     import docker.types
 
@@ -261,6 +267,11 @@ class DockerExecutor:
                     "PATH": f"{Path(INTERPRETER).parent}:/usr/local/bin:/usr/bin:/bin",
                 },
                 user=USER,
+                # What the engine keeps of the run's output, and so what the host reads back:
+                # bounded (the file-size limit does not cover a pipe).
+                log_config=_docker_types().LogConfig(
+                    type="json-file", config={"max-size": "16m", "max-file": "2"}
+                ),
                 **_common(self.config.limits, "grading"),
             )
         timed_out = False

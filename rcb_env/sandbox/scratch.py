@@ -12,7 +12,11 @@ from pathlib import Path
 
 import psutil
 
+from rcb_env.untrusted import read_beneath
+
 OWNER_FILE = ".rcb-owner"
+#: What is read of an owner file (``host pid start-time``); a larger one is unreadable.
+_OWNER_LIMIT = 4096
 #: Prefixes of rcb-env's scratch folders. Sandbox backends add theirs when they are registered
 #: (:func:`rcb_env.sandbox.backend.register_backend`), so a folder of any backend is swept.
 PREFIXES: set[str] = {"rcb-grade-", "rcb-templates-"}
@@ -60,6 +64,21 @@ def discard(path: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
+def _owner(path: Path) -> str:
+    """What the owner file of the scratch folder ``path`` says. The folder may be a leftover
+    grading copy that sandboxed code could write, so neither the folder nor the file is
+    followed if a symbolic link, and only a small regular file is read (never a FIFO).
+
+    Raises:
+        OSError: no readable owner file.
+    """
+    try:
+        data = read_beneath(path.parent, f"{path.name}/{OWNER_FILE}", _OWNER_LIMIT)
+    except ValueError as exc:  # not a folder's path (e.g. "/")
+        raise OSError(f"{path}: {exc}") from exc
+    return data.decode(errors="replace")
+
+
 def _alive(owner: str) -> bool:
     parts = owner.split()
     if len(parts) != 3 or parts[0] != os.uname().nodename or not parts[1].isdigit():
@@ -70,7 +89,7 @@ def _alive(owner: str) -> bool:
 def owned_by_another_process(path: Path) -> bool:
     """Is ``path`` a scratch folder of another rcb-env process that is still running?"""
     try:
-        owner = (path / OWNER_FILE).read_text()
+        owner = _owner(path)
     except OSError:
         return False
     return owner != _me() and _alive(owner)
@@ -97,7 +116,7 @@ def sweep(parent: Path, unowned_after_s: float = 3600.0) -> int:
         if not entry.name.startswith(tuple(PREFIXES)) or not entry.is_dir():
             continue
         try:
-            owner = (entry / OWNER_FILE).read_text()
+            owner = _owner(entry)
         except OSError:
             try:
                 stale = time.time() - entry.stat().st_mtime > unowned_after_s

@@ -4,6 +4,11 @@ Each command is written to a control folder and sourced by the long-lived shell 
 redirected to files there; the shell then prints an end marker on its own stdout, which carries
 nothing else. Shell state (cwd, variables) persists between commands. A command that overruns its
 timeout, or that ends the shell, costs the session: it is killed as a whole and started afresh.
+
+The control folder is writable inside the sandbox, and the host (root) works in it: a command
+file is created afresh (``O_EXCL|O_NOFOLLOW``, whatever stood there removed first), output files
+are read only if they are regular files reached without a symbolic link (:mod:`rcb_env.untrusted`),
+and the launcher's own messages go to an anonymous file the sandbox cannot reach.
 """
 
 from __future__ import annotations
@@ -14,13 +19,19 @@ import secrets
 import select
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import IO
 
 from rcb_env.errors import SandboxError
 from rcb_env.sandbox._io import read_capped
 from rcb_env.sandbox.base import ExecResult
+from rcb_env.untrusted import open_beneath
+
+#: What is read of the launcher's messages (bwrap's, docker's) for an error.
+_LAUNCHER_LOG_LIMIT = 64 << 10
 
 
 class ShellSession:
@@ -53,10 +64,10 @@ class ShellSession:
     def start(self) -> None:
         self._control_host.mkdir(parents=True, exist_ok=True)
         argv = [*self._launcher(), "bash", "--noprofile", "--norc"]
-        # The launcher's own complaints (e.g. bwrap's) land here, for the error message.
-        launcher_log = self._control_host / "launcher.log"
-        try:
-            with launcher_log.open("wb") as log:
+        # The launcher's own complaints (e.g. bwrap's) land here, for the error message: an
+        # anonymous file of the host, out of the sandbox's reach (not in the control folder).
+        with tempfile.TemporaryFile() as log:
+            try:
                 self._proc = subprocess.Popen(
                     argv,
                     stdin=subprocess.PIPE,
@@ -64,10 +75,16 @@ class ShellSession:
                     stderr=log,
                     start_new_session=True,
                 )
-        except OSError as exc:
-            raise SandboxError(f"cannot start the sandbox shell ({argv[0]}): {exc}") from exc
+            except OSError as exc:
+                raise SandboxError(f"cannot start the sandbox shell ({argv[0]}): {exc}") from exc
+            self._probe(log)
+
+    def _probe(self, log: IO[bytes]) -> None:
+        """Set up the fresh shell and check that it runs a command; ``log`` has the launcher's
+        messages."""
         self._buffer = b""
         # A command that runs `exit N` ends the shell; the trap still reports N.
+        assert self._proc is not None
         assert self._proc.stdin is not None
         # It writes to fd 9, a copy of the shell's own stdout: when `exit` runs, the command's
         # redirection of stdout is still in force.
@@ -77,7 +94,9 @@ class ShellSession:
         probe = self.run("true", timeout_s=30)
         if probe.exit_code != 0:
             self.kill()
-            why = launcher_log.read_text(errors="replace").strip() or probe.stderr.strip()
+            log.seek(0)
+            messages = log.read(_LAUNCHER_LOG_LIMIT).decode(errors="replace")
+            why = messages.strip() or probe.stderr.strip()
             raise SandboxError(f"sandbox shell did not come up: {why[:500]}")
 
     def kill(self) -> None:
@@ -102,17 +121,18 @@ class ShellSession:
         assert proc.stdout is not None
         self._n += 1
         n = self._n
-        host = self._control_host
         inside = self._control_inside
-        (host / f"cmd_{n}.sh").write_text(command + "\n")
-        for name in (f"out_{n}", f"err_{n}"):
-            (host / name).unlink(missing_ok=True)
+        start = time.monotonic()
+        try:
+            self._write_command(n, command)
+        except OSError as exc:
+            why = f"the command could not be written to the control folder: {exc}"
+            return self._result(n, None, start, note=why)
         marker = f"__RCB_DONE_{self._token}_{n}"
         line = (
             f". {inside}/cmd_{n}.sh > {inside}/out_{n} 2> {inside}/err_{n} < /dev/null; "
             f"echo {marker} $?\n"
         )
-        start = time.monotonic()
         try:
             proc.stdin.write(line.encode())
             proc.stdin.flush()
@@ -153,6 +173,50 @@ class ShellSession:
                     )
                 self._buffer += chunk
 
+    def _write_command(self, n: int, command: str) -> None:
+        """``cmd_{n}.sh``, created afresh in the control folder (whatever the sandbox put at that
+        name, or at ``out_{n}``/``err_{n}``, is removed first, without following it), readable
+        inside the sandbox."""
+        data = (command + "\n").encode()
+        folder = os.open(self._control_host, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for name in (f"out_{n}", f"err_{n}"):
+                _remove(folder, name)
+            for attempt in range(3):
+                _remove(folder, f"cmd_{n}.sh")
+                try:
+                    fd = os.open(
+                        f"cmd_{n}.sh",
+                        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                        0o644,
+                        dir_fd=folder,
+                    )
+                except FileExistsError:  # planted again meanwhile
+                    if attempt == 2:
+                        raise
+                    continue
+                break
+        finally:
+            os.close(folder)
+        try:
+            os.fchmod(fd, 0o644)  # readable by the sandbox's user, whatever the umask
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+
+    def _read_output(self, name: str) -> str:
+        """The head and tail of an output file of the control folder; nothing unless it is a
+        regular file there (a symbolic link, a FIFO or a folder the command put in its place
+        reads as no output)."""
+        try:
+            with open_beneath(self._control_host, name) as f:
+                text, _ = read_capped(f, self._output_limit, ())
+        except (OSError, ValueError):
+            return ""
+        return text
+
     def _check_killed(self, proc: subprocess.Popen[bytes]) -> None:
         """Raise SandboxError if the launcher was killed by a signal nobody inside could send."""
         if not self._launcher_outside:
@@ -176,18 +240,16 @@ class ShellSession:
         timed_out: bool = False,
         note: str = "",
     ) -> ExecResult:
-        out = err = ""
-        for name in ("out", "err"):
-            path = self._control_host / f"{name}_{n}"
-            if path.is_file():
-                with path.open("rb") as f:
-                    text, _ = read_capped(f, self._output_limit, ())
-                if name == "out":
-                    out = text
-                else:
-                    err = text
-            path.unlink(missing_ok=True)
-        (self._control_host / f"cmd_{n}.sh").unlink(missing_ok=True)
+        out = self._read_output(f"out_{n}")
+        err = self._read_output(f"err_{n}")
+        with contextlib.suppress(OSError):
+            folder = os.open(self._control_host, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                for name in (f"out_{n}", f"err_{n}", f"cmd_{n}.sh"):
+                    with contextlib.suppress(OSError):
+                        _remove(folder, name)
+            finally:
+                os.close(folder)
         if note:
             err = f"{err}\n[rcb-env: {note}]".lstrip("\n")
         return ExecResult(
@@ -197,3 +259,15 @@ class ShellSession:
             stderr=err,
             duration_s=time.monotonic() - start,
         )
+
+
+def _remove(folder: int, name: str) -> None:
+    """Remove the entry ``name`` of the folder ``folder`` (a descriptor), whatever it is, without
+    following it: a file or link is unlinked; a folder is moved aside under a fresh name (it
+    stays in the control folder, which goes with the sandbox)."""
+    try:
+        os.unlink(name, dir_fd=folder)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        os.rename(name, f".rcb-aside-{secrets.token_hex(8)}", src_dir_fd=folder, dst_dir_fd=folder)

@@ -42,6 +42,7 @@ from rcb_env.sandbox._io import read_capped
 from rcb_env.sandbox.base import ExecResult, Executor
 from rcb_env.task.models import Paper
 from rcb_env.task.source import source_for
+from rcb_env.untrusted import open_beneath, read_beneath
 
 log = get_logger(__name__)
 
@@ -54,6 +55,9 @@ STAGE = "/.rcb-stage"
 _ROOM = 16384
 #: A warm process unused this long may be closed to make room for another.
 _IDLE_S = 10.0
+#: What a probe run (the pristine paper) imported, written by the run in its grading copy.
+MODULES_FILE = "_rcb/modules"
+_MODULES_LIMIT = 16 * 1024 * 1024
 scratch_dirs.register_prefix("rcb-warm-")
 
 
@@ -369,11 +373,12 @@ class WarmProcess:
             self._probe_claimed = True
             return True
 
-    def _import_more(self, report: Path, run_dir: Path) -> None:
+    def _import_more(self, run_dir: Path) -> None:
         try:
-            lines = report.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
+            raw = read_beneath(run_dir, MODULES_FILE, _MODULES_LIMIT)
+        except (OSError, ValueError):
             return
+        lines = raw.decode("utf-8", "replace").splitlines()
         have = set(self.imported) | set(self.failed)
         wanted = []
         for line in lines:
@@ -498,10 +503,11 @@ class WarmProcess:
             texts = []
             found: set[str] = set()
             for path in (out, err):
+                # Files of the sandbox's user: read as untrusted ones (never a wait).
                 try:
-                    with path.open("rb") as f:
+                    with open_beneath(self.area, path.name) as f:
                         text, hits = read_capped(f, output_limit, needles)
-                except OSError:
+                except (OSError, ValueError):
                     text, hits = "", set()
                 texts.append(text)
                 found |= hits
@@ -519,7 +525,7 @@ class WarmProcess:
 
             result = with_oom(result, before, group.memory_events())
             if probe and not expired.is_set():
-                self._import_more(writable / "_rcb" / "modules", writable)
+                self._import_more(writable)
             return result
         finally:
             if timer is not None:

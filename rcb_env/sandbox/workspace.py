@@ -1,24 +1,31 @@
 """The agent's workspace: the masked repository without hidden files, and safe file operations.
 
 A *template* (one per snippet) is built once and shared read-only; an episode works in a copy on
-tmpfs, so a reset is a delete and a copy. File tools run on the host against the copy, with every
-path resolved (symlinks included) and refused unless it stays inside the workspace.
+tmpfs, so a reset is a delete and a copy. File tools run on the host (as root) against the copy,
+which the sandboxed agent can also write: every path is taken lexically below the workspace, and no
+read or write follows a symbolic link there, opens anything but a regular file (a FIFO would block
+the host) or reads more than a size cap (:mod:`rcb_env.untrusted`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
+import posixpath
 import re
 import shutil
+import stat
 import threading
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from rcb_env.errors import AgentFacingError
 from rcb_env.task import annotations as ann
-from rcb_env.task.loader import walk_files
+from rcb_env.task.loader import _SKIP_WALK, walk_files
 from rcb_env.task.models import Paper, Snippet
 from rcb_env.task.source import source_for
+from rcb_env.untrusted import NotARegularFile, TooLarge, open_beneath
 
 
 class WorkspacePathError(AgentFacingError):
@@ -67,25 +74,32 @@ def copy_template(template: Path, dest: Path) -> None:
     )
 
 
+#: What a file tool reads of one file (read_file, search): more is refused, not read.
+TOOL_READ_LIMIT = 8 << 20
+#: What a diff reads of one file (either side); a larger file is reported, not diffed.
+DIFF_READ_LIMIT = 64 << 20
+#: Folders deeper than this below the workspace are not walked (a listing, search or diff).
+_MAX_DEPTH = 256
+_CHUNK = 1 << 20
+
+# Folders: opened only as folders, never through a symbolic link, never blocking.
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
 def resolve(root: Path, path: str, *, must_exist: bool = True) -> Path:
     """Map an agent's path (relative to the workspace, or absolute inside the sandbox's view of
-    it) to a host path strictly inside ``root``.
+    it) to a host path strictly inside ``root``, symbolic links resolved. Nothing is opened; the
+    file tools below do not use it (they follow no link at all).
 
     Raises:
         WorkspacePathError: outside the workspace (``..``, absolute elsewhere, a symlink out).
     """
-    p = path.strip()
-    for prefix in ("/workspace/", "/workspace"):
-        if p == "/workspace" or p.startswith("/workspace/"):
-            p = p[len(prefix) :]
-            break
-    if os.path.isabs(p):
-        rootstr = str(root)
-        if p != rootstr and not p.startswith(rootstr + os.sep):
-            raise WorkspacePathError(f"{path}: outside the workspace")
-        p = os.path.relpath(p, rootstr)
-    candidate = (root / (p or ".")).resolve()
-    real_root = root.resolve()
+    rel = _agent_path(root, path)
+    try:
+        candidate = (root / rel).resolve()
+        real_root = root.resolve()
+    except (OSError, RuntimeError) as exc:  # e.g. a symlink loop
+        raise WorkspacePathError(f"{path}: cannot resolve ({exc})") from None
     if candidate != real_root and real_root not in candidate.parents:
         raise WorkspacePathError(f"{path}: outside the workspace")
     if must_exist and not candidate.exists():
@@ -94,23 +108,233 @@ def resolve(root: Path, path: str, *, must_exist: bool = True) -> Path:
 
 
 def relative(root: Path, host_path: Path) -> str:
-    rel = host_path.resolve().relative_to(root.resolve()).as_posix()
-    return rel if rel != "." else "."
+    """``host_path`` relative to ``root``, taken lexically (no symbolic link is resolved)."""
+    for base in (root, root.resolve()):
+        try:
+            rel = posixpath.normpath(host_path.relative_to(base).as_posix())
+        except ValueError:
+            continue
+        if rel != ".." and not rel.startswith("../"):
+            return rel
+    raise WorkspacePathError(f"{host_path}: outside the workspace")
+
+
+def _agent_path(root: Path, path: str) -> str:
+    """An agent's path as a normalised POSIX path relative to ``root`` (``.`` for the root),
+    taken lexically: nothing on the host is looked at.
+
+    Raises:
+        WorkspacePathError: outside the workspace (``..``, absolute elsewhere).
+    """
+    p = path.strip()
+    if "\x00" in p:
+        raise WorkspacePathError(f"{path!r}: not a valid path")
+    if p == "/workspace" or p.startswith("/workspace/"):
+        p = p[len("/workspace") :].lstrip("/")
+    if os.path.isabs(p):
+        for base in dict.fromkeys((str(root), str(root.resolve()))):
+            if p == base or p.startswith(base.rstrip("/") + "/"):
+                p = os.path.relpath(p, base)
+                break
+        else:
+            raise WorkspacePathError(f"{path}: outside the workspace")
+    rel = posixpath.normpath(p or ".")
+    if rel == ".." or rel.startswith("../") or posixpath.isabs(rel):
+        raise WorkspacePathError(f"{path}: outside the workspace")
+    return rel
+
+
+def _join(folder: str, name: str) -> str:
+    return name if folder == "." else f"{folder}/{name}"
+
+
+def _open_dir(root: Path, rel: str, *, create: bool = False) -> int:
+    """A descriptor of the folder ``root/rel``, reached without following any symbolic link
+    (``create``: missing folders are made on the way).
+
+    Raises:
+        OSError: not there, or not a folder reached that way (ENOTDIR, ELOOP...).
+    """
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in PurePosixPath(rel).parts:
+            try:
+                inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o777, dir_fd=fd)  # never follows a link
+                inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _lstat(root: Path, rel: str) -> os.stat_result | None:
+    """The entry ``root/rel`` itself (a link is not followed), or None if it is not there.
+
+    Raises:
+        OSError: a folder on the way is not a folder reached without a symbolic link.
+    """
+    if rel == ".":
+        return os.stat(root)
+    folder, name = posixpath.split(rel)
+    try:
+        fd = _open_dir(root, folder or ".")
+    except FileNotFoundError:
+        return None
+    try:
+        return os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link (not followed)"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _entry(root: Path, rel: str, path: str) -> os.stat_result:
+    """The entry the agent named (not followed if a link).
+
+    Raises:
+        WorkspacePathError: not there, or reached only through a symbolic link or a file.
+    """
+    try:
+        st = _lstat(root, rel)
+    except OSError:
+        raise WorkspacePathError(
+            f"{path}: a folder on the way is a symbolic link (not followed) or not a folder"
+        ) from None
+    if st is None:
+        raise WorkspacePathError(f"{path}: no such file or directory")
+    return st
+
+
+def _why_not_regular(root: Path, rel: str) -> str:
+    try:
+        st = _lstat(root, rel)
+    except OSError:
+        return "a folder on the way is a symbolic link (not followed) or not a folder"
+    if st is None:
+        return "no such file or directory"
+    if stat.S_ISDIR(st.st_mode):
+        return "is a directory"
+    if stat.S_ISLNK(st.st_mode) and _link_points_outside(root, rel):
+        return "is a symbolic link to a path outside the workspace (not followed)"
+    return f"is {_kind(st.st_mode)}, not a regular file"
+
+
+def _link_points_outside(root: Path, rel: str) -> bool:
+    """Does the symbolic link ``root/rel`` name a path outside the workspace (taken lexically;
+    for the message only: no link is ever followed)?"""
+    folder, name = posixpath.split(rel)
+    try:
+        fd = _open_dir(root, folder or ".")
+        try:
+            target = os.readlink(name, dir_fd=fd)
+        finally:
+            os.close(fd)
+        _agent_path(root, target if os.path.isabs(target) else posixpath.join(folder, target))
+    except WorkspacePathError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _read(root: Path, rel: str, limit: int) -> bytes:
+    """``root/rel`` if it is a regular file reached without a symbolic link, of at most
+    ``limit`` bytes (a larger one is not read).
+
+    Raises:
+        FileNotFoundError, NotARegularFile, ValueError: as :func:`open_beneath`.
+        TooLarge: it holds more than ``limit`` bytes.
+    """
+    with open_beneath(root, rel) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise TooLarge(f"{rel} holds {size} bytes, more than the limit of {limit}")
+        data = f.read(limit + 1)
+    if len(data) > limit:  # it grew meanwhile
+        raise TooLarge(f"{rel} holds more than the limit of {limit} bytes")
+    return data
+
+
+def _walk(root: Path, top: str, skip: frozenset[str] | set[str] = frozenset()) -> Iterator[str]:
+    """Every entry below the folder ``root/top`` that is not a folder (regular files, symbolic
+    links, FIFOs...), as a path relative to ``root``, in :func:`os.walk`'s order (see
+    :func:`_walk_folders`)."""
+    for here, _dirs, files in _walk_folders(root, top, skip):
+        for name in files:
+            yield _join(here, name)
+
+
+def _walk_folders(
+    root: Path, top: str, skip: frozenset[str] | set[str] = frozenset()
+) -> Iterator[tuple[str, list[str], list[str]]]:
+    """Like :func:`os.walk` (top-down, names sorted) below ``root/top``, following no symbolic
+    link: yields (folder relative to ``root``, its subfolders, its other entries). A link to a
+    folder is an entry, not a folder walked into. Each folder is opened afresh from ``root``,
+    one component at a time, as a folder that is no link, so nothing swapped in meanwhile is
+    entered or opened; one that is no longer a folder is skipped. Folders named in ``skip``
+    are left out, as are folders deeper than :data:`_MAX_DEPTH`."""
+    stack = [(top, 0)]
+    while stack:
+        here, depth = stack.pop()
+        dirs: list[str] = []
+        files: list[str] = []
+        try:
+            fd = _open_dir(root, here)
+        except OSError:
+            continue
+        try:
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    try:
+                        is_dir = entry.is_dir(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if not is_dir:
+                        files.append(entry.name)
+                    elif entry.name not in skip:
+                        dirs.append(entry.name)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        dirs.sort()
+        files.sort()
+        yield here, dirs, files
+        if depth < _MAX_DEPTH:
+            stack.extend((_join(here, d), depth + 1) for d in reversed(dirs))
 
 
 def list_tree(root: Path, path: str = ".", max_entries: int = 2000) -> list[str]:
-    """Files under ``path`` (relative POSIX paths), folders marked with a trailing ``/``."""
-    base = resolve(root, path)
-    if base.is_file():
-        return [relative(root, base)]
+    """Files under ``path`` (relative POSIX paths), folders marked with a trailing ``/``.
+    A symbolic link is listed by its own name (whatever it points to; it is not followed)."""
+    rel = _agent_path(root, path)
+    if not stat.S_ISDIR(_entry(root, rel, path).st_mode):
+        return [rel]
     out: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(base):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        here = Path(dirpath)
-        for d in dirnames:
-            out.append(relative(root, here / d) + "/")
-        for f in sorted(filenames):
-            out.append(relative(root, here / f))
+    for here, dirs, files in _walk_folders(root, rel, {"__pycache__"}):
+        out.extend(_join(here, d) + "/" for d in dirs)
+        out.extend(_join(here, name) for name in files)
         if len(out) >= max_entries:
             break
     return sorted(out)[:max_entries]
@@ -120,75 +344,203 @@ _BINARY_SNIFF = 8192
 
 
 def read_text(root: Path, path: str) -> str:
-    target = resolve(root, path)
-    if target.is_dir():
+    """The text of a regular file in the workspace (at most :data:`TOOL_READ_LIMIT` bytes)."""
+    rel = _agent_path(root, path)
+    if rel == ".":
         raise WorkspacePathError(f"{path}: is a directory")
-    data = target.read_bytes()
+    try:
+        data = _read(root, rel, TOOL_READ_LIMIT)
+    except FileNotFoundError:
+        raise WorkspacePathError(f"{path}: no such file or directory") from None
+    except NotARegularFile:
+        why = _why_not_regular(root, rel)
+        raise WorkspacePathError(f"{path}: {why}") from None
+    except TooLarge:
+        raise WorkspacePathError(
+            f"{path}: larger than {TOOL_READ_LIMIT} bytes; not read (run a command such as "
+            "head or sed to see part of it)"
+        ) from None
+    except ValueError:
+        raise WorkspacePathError(f"{path}: outside the workspace") from None
+    except OSError as exc:
+        raise WorkspacePathError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     if b"\x00" in data[:_BINARY_SNIFF]:
         raise WorkspacePathError(f"{path}: binary file ({len(data)} bytes)")
     return data.decode("utf-8", "replace")
 
 
+_WRITE_FLAGS = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
 def write_text(root: Path, path: str, content: str) -> Path:
-    target = resolve(root, path, must_exist=False)
-    if target.is_dir():
+    """Write a regular file in the workspace (missing folders are made), never through a
+    symbolic link and never into anything but a regular file."""
+    rel = _agent_path(root, path)
+    if rel == ".":
         raise WorkspacePathError(f"{path}: is a directory")
-    if target.is_symlink():
-        raise WorkspacePathError(f"{path}: refusing to write through a symlink")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(content.encode())
-    return target
+    folder, name = posixpath.split(rel)
+    data = content.encode()
+    try:
+        dir_fd = _open_dir(root, folder or ".", create=True)
+    except OSError:
+        raise WorkspacePathError(
+            f"{path}: a folder on the way is a symbolic link (not followed) or not a folder"
+        ) from None
+    try:
+        fd = _open_for_writing(dir_fd, name, path)
+    finally:
+        os.close(dir_fd)
+    try:
+        os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+    return root / rel
+
+
+def _open_for_writing(dir_fd: int, name: str, path: str) -> int:
+    """A writable descriptor of the regular file ``name`` in ``dir_fd`` (created if missing).
+    An existing entry is looked at through an ``O_PATH`` descriptor first, so nothing but a
+    regular file is ever opened (no FIFO or device ``open`` runs)."""
+    for _ in range(5):
+        try:
+            handle = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        except FileNotFoundError:
+            try:
+                return os.open(
+                    name,
+                    _WRITE_FLAGS | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                    0o666,
+                    dir_fd=dir_fd,
+                )
+            except FileExistsError:
+                continue  # something appeared meanwhile: look at it
+        try:
+            mode = os.fstat(handle).st_mode
+            if stat.S_ISLNK(mode):
+                raise WorkspacePathError(f"{path}: refusing to write through a symlink")
+            if stat.S_ISDIR(mode):
+                raise WorkspacePathError(f"{path}: is a directory")
+            if not stat.S_ISREG(mode):
+                raise WorkspacePathError(
+                    f"{path}: is {_kind(mode)}, not a regular file; refusing to write to it"
+                )
+            # Through the O_PATH handle: the very inode just checked.
+            try:
+                return os.open(f"/proc/self/fd/{handle}", _WRITE_FLAGS)
+            except OSError as exc:
+                raise WorkspacePathError(
+                    f"{path}: cannot write it ({exc.strerror or exc})"
+                ) from None
+        finally:
+            os.close(handle)
+    raise WorkspacePathError(f"{path}: it kept changing while being written; not written")
 
 
 def search(
     root: Path, pattern: str, path: str = ".", glob: str | None = None, max_matches: int = 200
 ) -> list[tuple[str, int, str]]:
-    """Regex search over text files: (file, 1-based line, line) triples."""
+    """Regex search over text files: (file, 1-based line, line) triples. Only regular files
+    (symbolic links are not followed) of at most :data:`TOOL_READ_LIMIT` bytes are searched."""
     try:
         rx = re.compile(pattern)
     except re.error as exc:
         raise WorkspacePathError(f"invalid regular expression: {exc}") from None
-    base = resolve(root, path)
-    files = (
-        [base]
-        if base.is_file()
-        else [base / f for f in walk_files(base) if glob is None or PurePosixPath(f).match(glob)]
-    )
+    rel = _agent_path(root, path)
+    mode = _entry(root, rel, path).st_mode
+    files: Iterator[str]
+    if stat.S_ISDIR(mode):
+        prefix = "" if rel == "." else rel + "/"
+        files = (
+            f
+            for f in _walk(root, rel, _SKIP_WALK)
+            if glob is None or PurePosixPath(f[len(prefix) :]).match(glob)
+        )
+    else:
+        files = iter([rel])
     out: list[tuple[str, int, str]] = []
     for f in files:
         try:
-            real = resolve(root, str(f))
-        except WorkspacePathError:
+            data = _read(root, f, TOOL_READ_LIMIT)
+        except (OSError, ValueError):  # not a regular file (a link, a FIFO...), too large, gone
             continue
-        data = real.read_bytes()
         if b"\x00" in data[:_BINARY_SNIFF]:
             continue
         for i, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
             if rx.search(line):
-                out.append((relative(root, real), i, line[:500]))
+                out.append((f, i, line[:500]))
                 if len(out) >= max_matches:
                     return out
     return out
 
 
+def _same_content(template_file: Path, workspace: Path, rel: str) -> bool:
+    """Does the workspace's ``rel``, a regular file reached without a symbolic link, hold what
+    the (trusted) template's file holds? Read in chunks, no further than the template's size."""
+    try:
+        with open_beneath(workspace, rel) as new, template_file.open("rb") as old:
+            if os.fstat(new.fileno()).st_size != os.fstat(old.fileno()).st_size:
+                return False
+            while True:
+                a = old.read(_CHUNK)
+                if a != new.read(len(a) or 1):
+                    return False
+                if not a:
+                    return True
+    except (OSError, ValueError):
+        return False
+
+
 def changed_files(template: Path, workspace: Path) -> list[str]:
-    """Files added, removed or modified in the workspace relative to the template."""
+    """Files added, removed or modified in the workspace relative to the template. Anything in
+    the workspace that is not a regular file (a symbolic link, a FIFO...) counts as changed
+    and is not opened."""
     before = {f for f in walk_files(template) if f != ".rcb-template-complete"}
-    after = set(walk_files(workspace))
+    after = set(_walk(workspace, ".", _SKIP_WALK))
     changed = sorted(before ^ after)
     for f in sorted(before & after):
-        if (template / f).read_bytes() != (workspace / f).read_bytes():
+        if not _same_content(template / f, workspace, f):
             changed.append(f)
     return sorted(changed)
 
 
+def _template_bytes(path: Path) -> bytes | None:
+    """A (trusted) template file's content; None if larger than :data:`DIFF_READ_LIMIT`."""
+    with path.open("rb") as f:
+        data = f.read(DIFF_READ_LIMIT + 1)
+    return data if len(data) <= DIFF_READ_LIMIT else None
+
+
 def unified_diff(template: Path, workspace: Path, files: list[str] | None = None) -> str:
-    """A unified diff (``a/`` = masked original, ``b/`` = workspace) of the changed text files."""
+    """A unified diff (``a/`` = masked original, ``b/`` = workspace) of the changed text files.
+    A workspace entry that is not a regular file (a symbolic link, a FIFO...) is not opened, and
+    neither side is read beyond :data:`DIFF_READ_LIMIT` bytes: such a file gets a one-line note."""
     chunks: list[str] = []
     for rel in files if files is not None else changed_files(template, workspace):
-        old_p, new_p = template / rel, workspace / rel
-        old = old_p.read_bytes() if old_p.is_file() else b""
-        new = new_p.read_bytes() if new_p.is_file() and not new_p.is_symlink() else b""
+        old_p = template / rel
+        old = _template_bytes(old_p) if old_p.is_file() else b""
+        new_exists = True
+        try:
+            new: bytes | None = _read(workspace, rel, DIFF_READ_LIMIT)
+        except FileNotFoundError:
+            new, new_exists = b"", False
+        except TooLarge:
+            new = None
+        except NotARegularFile:
+            why = _why_not_regular(workspace, rel)
+            chunks.append(f"File b/{rel} {why}: not diffed\n")
+            continue
+        except (OSError, ValueError) as exc:
+            chunks.append(f"File b/{rel} cannot be read ({exc}): not diffed\n")
+            continue
+        if old is None or new is None:
+            chunks.append(
+                f"Files a/{rel} and b/{rel} differ (larger than {DIFF_READ_LIMIT} bytes: "
+                "not diffed)\n"
+            )
+            continue
         if b"\x00" in old[:_BINARY_SNIFF] or b"\x00" in new[:_BINARY_SNIFF]:
             chunks.append(f"Binary files a/{rel} and b/{rel} differ\n")
             continue
@@ -197,7 +549,7 @@ def unified_diff(template: Path, workspace: Path, files: list[str] | None = None
                 old.decode("utf-8", "replace").splitlines(keepends=True),
                 new.decode("utf-8", "replace").splitlines(keepends=True),
                 fromfile=f"a/{rel}" if old_p.exists() else "/dev/null",
-                tofile=f"b/{rel}" if new_p.exists() else "/dev/null",
+                tofile=f"b/{rel}" if new_exists else "/dev/null",
             )
         )
     text = "".join(chunks)

@@ -50,6 +50,7 @@ from rcb_env.task.models import (
     Snippet,
 )
 from rcb_env.task.source import Guarded, Judged, TaskSource, TaskStatement
+from rcb_env.untrusted import read_beneath
 from rcb_env.validation.exercise import Reach, reach
 
 INFO = "info.json"
@@ -68,6 +69,8 @@ HIDDEN = (
     GOLDEN_DIR,
 )
 _LFS_HEAD = b"version https://git-lfs.github.com/spec/v1"
+#: The most of a test's log the official rule reads.
+_LOG_LIMIT = 64 * 1024 * 1024
 _LOG_LITERAL = re.compile(r"""['"]([^'"\s/\\]+\.log)['"]""")
 _MODEL_HUB = re.compile(r"\.from_pretrained\(|hf_hub_download\(|snapshot_download\(")
 _CUDA = re.compile(r"""\.cuda\(|device\s*=\s*['"]cuda|['"]cuda(:\d+)?['"]""")
@@ -315,9 +318,12 @@ class LmrBench(TaskSource):
             # No log to read: rcb-env's verdict alone; the official rule cannot pass.
             return Judged(verdict=verdict, official_pass=False)
         try:
-            lines = (copy / log).read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            lines = []
+            # Written by the run: an untrusted file (a FIFO or link there is never followed).
+            # From the grading folder down: the run could swap the copy's folder for a link.
+            raw = read_beneath(copy.parent, f"{copy.name}/{log}", _LOG_LIMIT)
+        except (OSError, ValueError):
+            raw = b""
+        lines = raw.decode("utf-8", "replace").splitlines()
         passed = sum("Passed" in line for line in lines)
         failed = sum("Failed" in line for line in lines)
         official = passed >= 1 and failed == 0
