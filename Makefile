@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install check test test-fast fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence clean
+.PHONY: install check test test-fast docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence clean
 
 install:
 	bash scripts/install.sh
@@ -11,6 +11,9 @@ check: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
+	@site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT && \
+		NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir "$$site"
 
 # The docker tests need an engine: scripts/with-dockerd.sh uses a running one or starts a private
 # one for the duration of the run (and stops it by its pid).
@@ -21,6 +24,12 @@ test: check
 # (under a minute; runs on a machine without bwrap).
 test-fast: install
 	$(BIN)/pytest -m "not slow and not bwrap and not docker"
+
+# The documentation site (docs/, mkdocs.yml), built into a fresh temporary folder: never into the
+# checkout.
+docs: install
+	@out=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir "$$out" && \
+		echo "docs: $$out/index.html"
 
 fmt:
 	$(BIN)/ruff format .

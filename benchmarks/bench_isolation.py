@@ -71,10 +71,12 @@ def side(pset_name: str, papers: list[str], jobs: int) -> dict[str, object]:
 
 
 def _run_side(tree: Path, args: argparse.Namespace) -> dict[str, object]:
+    # Run as a script from the tree's folder: the script's own folder comes first on sys.path
+    # (no rcb_env there), then PYTHONPATH, the tree's rcb_env, before the installed one.
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    argv = [sys.executable, "-m", "benchmarks.bench_isolation", "--side", "--pset", args.pset]
+    argv = [sys.executable, str(Path(__file__).resolve()), "--side", "--pset", args.pset]
     argv += ["--jobs", str(args.jobs), *(["--papers", args.papers] if args.papers else [])]
-    run = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    run = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, check=False)
     if run.returncode != 0:
         raise SystemExit(f"the side in {tree} failed:\n{run.stderr[-3000:]}")
     result: dict[str, object] = json.loads(run.stdout.strip().splitlines()[-1])

@@ -1,4 +1,5 @@
-"""Small pieces every stage shares: the frozen model base and head-and-tail truncation."""
+"""Small pieces every stage shares: head-and-tail truncation, thread-safe parsing, and the frozen
+model base (defined in the public :mod:`rcb_env.frozen`)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,9 @@ import ast
 import threading
 import warnings
 
-from pydantic import BaseModel, ConfigDict
+from rcb_env.frozen import Frozen
 
-
-class Frozen(BaseModel):
-    """Base of rcb-env's data models: immutable, unknown fields refused, field docstrings kept
-    as descriptions."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+__all__ = ["Frozen", "omitted", "parse_python", "truncate"]
 
 
 def omitted(count: int, unit: str = "characters") -> str:

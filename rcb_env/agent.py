@@ -1,14 +1,16 @@
 """The agent contract: what a runner drives. It belongs to the environment; agents (the baselines
 in ``rcb_agents``, yours) implement it, and a runner takes a factory of them.
 
-Built-in agents are resolved by name through ``rcb_agents.registry`` (imported by name on first
-use, so ``rcb_env`` never imports ``rcb_agents`` and works without the LLM SDKs).
+Built-in agents are resolved by name through the registry that the installed distribution
+declares in the entry-point group ``rcb_env.agents`` (rcb-env's own: ``rcb_agents.registry``, loaded
+on first use), so ``rcb_env`` never imports ``rcb_agents`` and works without the LLM SDKs.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from rcb_env.errors import ConfigError
@@ -76,8 +78,41 @@ class OutOfBudget(Exception):
 AgentFactory = Callable[[], Agent]
 """Builds a fresh agent for each episode."""
 
-#: Where built-in agent names are resolved (a module with ``factory(name, ...)``).
-BUILTIN_REGISTRY = "rcb_agents.registry"
+#: The entry-point group of agent registries (``[project.entry-points."rcb_env.agents"]``).
+AGENTS_GROUP = "rcb_env.agents"
+#: The entry that resolves the built-in agent names (rcb-env's project declares it).
+BUILTIN = "builtin"
+
+
+class AgentRegistry(Protocol):
+    """What an entry of :data:`AGENTS_GROUP` provides (a module with these functions)."""
+
+    def factory(
+        self, name: str, pset: Pset, *, model: dict[str, Any] | None, options: dict[str, Any]
+    ) -> AgentFactory:
+        """A factory of fresh agents named ``name``.
+
+        Raises:
+            ValueError: unknown name, or a setting the agent needs is missing.
+        """
+        ...
+
+    def mcp_command(self, command: str, model: dict[str, Any] | None) -> AgentFactory:
+        """``mcp:<command>``: the command as an agent each episode, its model calls recorded
+        through a proxy when ``model`` is given.
+
+        Raises:
+            ValueError: the MCP server's packages are not installed.
+        """
+        ...
+
+    def model_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """Validated, complete model settings as JSON (what a run records).
+
+        Raises:
+            ValueError: invalid settings.
+        """
+        ...
 
 
 def load_agent_class(spec: str) -> type[Any]:
@@ -99,14 +134,23 @@ def load_agent_class(spec: str) -> type[Any]:
     return cls
 
 
-def _registry() -> Any:
+def _registry() -> AgentRegistry:
+    """The built-in agents' registry, from the installed distributions' metadata.
+
+    Raises:
+        ConfigError: no distribution declares it, or it does not import.
+    """
+    found = entry_points(group=AGENTS_GROUP, name=BUILTIN)
     try:
-        return importlib.import_module(BUILTIN_REGISTRY)
+        if not found:
+            raise ImportError(f"no entry point {BUILTIN!r} in the group {AGENTS_GROUP!r}")
+        registry: AgentRegistry = next(iter(found)).load()
     except ImportError as exc:
         raise ConfigError(
             f"the built-in agents are not installed ({exc}); "
             "pip install 'rcb-env[agents]' or pass package.module:ClassName"
         ) from None
+    return registry
 
 
 def model_settings(settings: dict[str, Any]) -> dict[str, Any]:
@@ -116,10 +160,9 @@ def model_settings(settings: dict[str, Any]) -> dict[str, Any]:
         ConfigError: invalid settings, or the built-in agents are not installed.
     """
     try:
-        normalised: dict[str, Any] = _registry().model_settings(settings)
+        return _registry().model_settings(settings)
     except ValueError as exc:
         raise ConfigError(f"model settings: {exc}") from None
-    return normalised
 
 
 def agent_factory(
@@ -132,7 +175,7 @@ def agent_factory(
     """A factory for the agent ``spec``: a built-in name (``oracle``, ``null``, ``single-shot``,
     ``tools``, ...), ``package.module:ClassName`` (built with no arguments), or
     ``mcp:<command>`` (an external agent that works each episode through rcb-env's MCP
-    server: :class:`rcb_env.integrations.mcp_server.McpCommandAgent`).
+    server: :class:`rcb_env.integrations.mcp_server.McpCommandAgent`, built by the registry).
 
     Raises:
         ConfigError: unknown name, a broken spec, or a missing model setting or package.
@@ -142,18 +185,13 @@ def agent_factory(
         if not command:
             raise ConfigError("agent 'mcp:': name the agent command, e.g. mcp:'my-agent {url}'")
         try:
-            from rcb_env.integrations.mcp_server import McpCommandAgent
-        except ImportError as exc:
-            raise ConfigError(f"mcp agents need rcb-env[mcp] ({exc})") from None
-        if model is not None:  # its model calls recorded through a proxy (rcb_agents)
-            metered: AgentFactory = _registry().mcp_command(command, model)
-            return metered
-        return lambda: McpCommandAgent(command)
+            return _registry().mcp_command(command, model)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     if ":" in spec:
         return load_agent_class(spec)
     registry = _registry()
     try:
-        made: AgentFactory = registry.factory(spec, pset, model=model, options=options or {})
+        return registry.factory(spec, pset, model=model, options=options or {})
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return made

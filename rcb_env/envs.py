@@ -31,7 +31,7 @@ from rcb_env import config
 from rcb_env._common import Frozen
 from rcb_env.catalog import standins
 from rcb_env.errors import SandboxError
-from rcb_env.task.models import Paper
+from rcb_env.task.models import Paper, Pset
 
 READY = ".rcb-ready"
 
@@ -225,6 +225,20 @@ def availability(paper: Paper, *, interpreter_given: bool = False) -> Availabili
         reason=reason,
         environment=spec.name if spec is not None else None,
     )
+
+
+def runnable_here(pset: Pset, *, interpreter_given: bool = False) -> Pset:
+    """``pset`` with only what can run in this installation: the papers :func:`availability`
+    finds ready, each without its snippets marked unavailable. (:func:`rcb_env.runner.eval.runnable`
+    also counts what was left out, and why.)"""
+    papers: list[Paper] = []
+    for paper in pset.papers:
+        if availability(paper, interpreter_given=interpreter_given).status != "ready":
+            continue
+        kept = tuple(s for s in paper.snippets if not s.unavailable)
+        whole = len(kept) == len(paper.snippets)
+        papers.append(paper if whole else paper.model_copy(update={"snippets": kept}))
+    return pset.model_copy(update={"papers": tuple(papers)})
 
 
 class BuildReport(Frozen):

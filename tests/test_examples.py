@@ -15,6 +15,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
     ("script", "expect"),
     [
         ("custom_agent.py", "reward 2.0 of weight 2"),
+        ("new_front_door.py", "status completed, reward 2.0 (weight 2)"),
         ("tools_agent_local_server.py", "scaled pass rate 100.00 with 4 model calls"),
         ("rl_group_rollouts.py", "rewards [2.0, 2.0, 2.0, 2.0], complete True"),
         ("trl_environment.py", "get_reward() = 2.0 (line weight 2)"),

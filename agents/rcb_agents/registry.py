@@ -1,5 +1,7 @@
-"""Built-in agents by name. The environment resolves names here (``rcb_env.agent``); each entry
-is imported on first use, so an agent whose SDK is not installed only matters when asked for."""
+"""Built-in agents by name. The environment resolves names here (``rcb_env.agent``), through the
+entry point ``builtin`` of the group ``rcb_env.agents`` that the project declares (pyproject.toml);
+each agent is imported on first use, so an agent whose SDK is not installed only matters when
+asked for. The module implements :class:`rcb_env.agent.AgentRegistry`."""
 
 from __future__ import annotations
 
@@ -119,9 +121,19 @@ def factory(
     return build(Request(pset, model, options))
 
 
-def mcp_command(command: str, model: dict[str, Any]) -> Factory:
-    """``--agent mcp:<command>`` with ``--model``: the command's model calls recorded through a
-    proxy in front of the endpoint."""
+def mcp_command(command: str, model: dict[str, Any] | None) -> Factory:
+    """``--agent mcp:<command>``: the command works each episode through rcb-env's MCP server;
+    with ``--model``, its model calls are recorded through a proxy in front of the endpoint.
+
+    Raises:
+        ValueError: the MCP server's packages (rcb-env[mcp]) are not installed.
+    """
+    try:
+        from rcb_env.integrations.mcp_server import McpCommandAgent
+    except ImportError as exc:
+        raise ValueError(f"mcp agents need rcb-env[mcp] ({exc})") from None
+    if model is None:
+        return lambda: McpCommandAgent(command)
     from rcb_agents.frameworks.mcp_command import MeteredMcpCommandAgent
     from rcb_agents.models import ModelConfig
 

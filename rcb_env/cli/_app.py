@@ -17,7 +17,7 @@ from rcb_env.task import loader
 from rcb_env.task.models import Pset
 from rcb_env.task.selection import combine, select_snippets
 
-#: Exit codes of every command (documented in the README).
+#: Exit codes of every command (documented in docs/cli.md).
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 """The command ran and found a problem in what it checked (a paper that does not load, a

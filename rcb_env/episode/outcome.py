@@ -7,6 +7,9 @@ from :class:`EpisodeOutcome` (``info["outcome"]`` on the last step) instead of r
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from rcb_env._common import Frozen
 from rcb_env.errors import InfraError
@@ -88,3 +91,20 @@ class EpisodeOutcome(Frozen):
             body=body,
             infra_error=error,
         )
+
+
+class StepRecord(BaseModel):
+    """One step of an episode, as recorded (the driver keeps them; records carry them)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index: int
+    """1-based step number."""
+    action: Any
+    """The action as the agent gave it (JSON-able)."""
+    observation: str
+    """What the environment answered."""
+    reward: float
+    """Reward of the step (non-zero only at the end)."""
+    duration_s: float
+    """Time spent in the environment on this step."""

@@ -3,7 +3,7 @@ it), the test file under rcb-env's runner inside the chosen sandbox, and the ver
 vs environment broken). A kill shown to come from outside is retried; an infrastructure verdict
 on a candidate is checked against the pristine paper.
 
-What a run may learn, and what may cross runs (see the README's threat model):
+What a run may learn, and what may cross runs (docs/grading.md, docs/threat-model.md):
 
 - The run's report is a file of the host's (:data:`~rcb_env.sandbox.base.HOST_OWNED`) that the
   run's user may append to but not read (when rcb-env runs as root and the sandbox as its own
@@ -39,6 +39,7 @@ from rcb_env.grading.models import FailureKind, GradeResult, Outcome
 from rcb_env.grading.report import read_report
 from rcb_env.grading.verdict import classify
 from rcb_env.logs import get_logger
+from rcb_env.sandbox import _keyrings as keyrings_module
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox.base import HOST_OWNED, Executor
 from rcb_env.sandbox.local import LocalExecutor
@@ -51,6 +52,8 @@ log = get_logger(__name__)
 #: The official harness fails a run whose stdout or stderr contains any of these.
 OFFICIAL_ERROR_WORDS = ("Error:", "Exception:", "Traceback", "failed")
 RUNNER_SOURCE = Path(__file__).with_name("_runner.py")
+#: Copied beside the runner, which runs it before anything else (see the module's notes).
+KEYRINGS_SOURCE = keyrings_module.__file__
 #: How the grading copy's location appears in reported output.
 GRADING_DIR = "/grading"
 _PASSTHROUGH_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "LANG", "LC_ALL", "TZ")
@@ -377,6 +380,7 @@ class Grader:
                 rcb = workdir / "_rcb"
                 rcb.mkdir()
                 shutil.copyfile(RUNNER_SOURCE, rcb / "runner.py")
+                shutil.copyfile(KEYRINGS_SOURCE, rcb / "keyrings.py")
                 key = secrets.token_hex(32).encode()
                 (rcb / "key").write_bytes(key)
                 # Everything hidden from the agent is guarded from the candidate while graded.

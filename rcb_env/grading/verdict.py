@@ -5,9 +5,9 @@ environment is not."""
 from __future__ import annotations
 
 import signal
-from typing import Any, NamedTuple
+from typing import Any
 
-from rcb_env.grading.models import FailureKind, Outcome, TestOutcome, TestStatus
+from rcb_env.execution import ExecResult
 from rcb_env.grading.report import (
     EV_DONE,
     EV_FORGED,
@@ -16,7 +16,9 @@ from rcb_env.grading.report import (
     EV_TAMPER,
     EV_TEST,
 )
-from rcb_env.sandbox.base import ExecResult
+from rcb_env.verdicts import FailureKind, Outcome, TestOutcome, TestStatus, Verdict
+
+__all__ = ["Verdict", "classify"]
 
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError"}
 
@@ -30,15 +32,6 @@ _STATUS_RANK = {
     TestStatus.FAILED: 4,
     TestStatus.ERROR: 5,
 }
-
-
-class Verdict(NamedTuple):
-    """What a grading run says: outcome, why, a sentence, and each test's outcome."""
-
-    outcome: Outcome
-    kind: FailureKind
-    detail: str
-    tests: tuple[TestOutcome, ...]
 
 
 def classify(

@@ -10,14 +10,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rcb_env.episode.env import EnvConfig, RcbEnv
+from rcb_env.episode.driver import ENDED, BudgetConfig, Episode
+from rcb_env.episode.env import EnvConfig
 from rcb_env.episode.outcome import EpisodeOutcome, StopReason
 from rcb_env.errors import ConfigError
 from rcb_env.grading.grader import GradingConfig
 from rcb_env.sandbox import SandboxConfig, SandboxFactory
 from rcb_env.task.models import Pset
-
-ENDED = "The episode has ended (submitted or out of budget); no more tools can run."
 
 
 @functools.lru_cache(maxsize=8)
@@ -34,7 +33,10 @@ def task_ids(pset: str | None = None) -> list[str]:
 
 
 class Session:
-    """One episode at a time over a shared sandbox factory (one template per snippet)."""
+    """One episode at a time over a shared sandbox factory (one template per snippet), driven
+    by :class:`~rcb_env.episode.driver.Episode` (the pull shape): the caller names the task,
+    calls tools, and asks for the reward. A sandbox that cannot be started ends the episode as
+    an infrastructure outcome (reward None), never as an exception out of a trainer's call."""
 
     def __init__(
         self,
@@ -44,18 +46,34 @@ class Session:
         grading: GradingConfig | None = None,
         env: EnvConfig | None = None,
         max_turns: int = 30,
+        budgets: BudgetConfig | None = None,
     ) -> None:
+        """``max_turns`` caps the tool calls of an episode; ``budgets`` (its ``max_steps``
+        replaced by ``max_turns``) adds wall-time, token and cost limits."""
         self.pset = str(pset) if pset is not None else None
         self.factory = SandboxFactory(sandbox)
         self.grading = grading
         self.env_config = env or EnvConfig()
         self.max_turns = max_turns
-        self.env: RcbEnv | None = None
-        self.turns = 0
-        self.done = False
+        base = budgets or BudgetConfig(max_wall_s=None)
+        self.budgets = base.model_copy(update={"max_steps": max_turns})
+        self.episode: Episode | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.episode is None or self.episode.done
+
+    @property
+    def turns(self) -> int:
+        return len(self.episode.steps) if self.episode is not None else 0
 
     def start(self, task_id: str) -> str:
-        """Begin an episode of ``task_id`` (``<paper>/<snippet>``); the task statement."""
+        """Begin an episode of ``task_id`` (``<paper>/<snippet>``); the task statement (or, when
+        the sandbox could not be started, why: the episode has then ended unscored).
+
+        Raises:
+            ConfigError: no such task.
+        """
         self.close_episode()
         tasks = load_tasks(self.pset)
         paper_id, _, name = task_id.partition("/")
@@ -64,53 +82,48 @@ class Session:
             snippet = paper.snippet(name)
         except KeyError as exc:
             raise ConfigError(f"no task {task_id!r} in {tasks.root}") from exc
-        self.env = RcbEnv(
-            paper, snippet, self.env_config, grading_config=self.grading, factory=self.factory
+        self.episode = Episode(
+            paper,
+            snippet,
+            factory=self.factory,
+            env=self.env_config,
+            grading=self.grading,
+            budgets=self.budgets,
         )
-        self.turns = 0
-        self.done = False
-        obs, _info = self.env.reset()
+        obs, _info = self.episode.start()
         return obs
 
     def call(self, tool: str, arguments: dict[str, Any]) -> str:
         """Run one tool; the observation. After the end, a clear message and nothing runs."""
-        if self.env is None or self.done:
+        if self.episode is None or self.episode.done:
             return ENDED
-        self.turns += 1
-        obs, _r, terminated, truncated, _info = self.env.step({"tool": tool, **arguments})
-        if terminated or truncated:
-            self.done = True
-        elif self.turns >= self.max_turns:
-            self.env.finish(reason=StopReason.BUDGET_STEPS)
-            self.done = True
+        obs, *_ = self.episode.step({"tool": tool, **arguments})
         return obs
 
     @property
     def outcome(self) -> EpisodeOutcome | None:
-        return self.env.outcome if self.env is not None else None
+        return self.episode.outcome if self.episode is not None else None
 
     def reward(self) -> float | None:
         """The episode's reward, grading the workspace as it stands if the model never
         submitted; None when it could not be scored (an infrastructure failure: not 0)."""
-        if self.env is None:
+        if self.episode is None:
             return None
-        if not self.done:
-            self.env.finish(reason=StopReason.BUDGET_STEPS)
-            self.done = True
-        outcome = self.env.outcome
-        if outcome is None or outcome.infra_error is not None:
-            return None
-        return outcome.reward
+        if not self.episode.done:
+            self.episode.stop(StopReason.BUDGET_STEPS)
+        return self.episode.reward()
 
     def close_episode(self) -> None:
-        if self.env is not None:
-            self.env.close()
-            self.env = None
+        if self.episode is not None:
+            self.episode.close()
+            self.episode = None
 
     def close(self) -> None:
         self.close_episode()
         self.factory.close()
 
+
+__all__ = ["ENDED", "Session", "load_tasks", "parse_text_tool_calls", "task_ids"]
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 

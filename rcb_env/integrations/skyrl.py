@@ -22,6 +22,7 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
+from rcb_env.episode.env import EnvConfig
 from rcb_env.integrations._session import Session, parse_text_tool_calls
 from rcb_env.sandbox import SandboxConfig
 
@@ -42,8 +43,10 @@ def _get(config: Any, key: str, default: Any = None) -> Any:
 
 class RcbSkyRLEnv(BaseTextEnv):  # type: ignore[misc]
     """One rcb-env episode. ``env_config``: ``pset`` (a benchmark name or folder; None: the
-    bundled tasks), ``sandbox`` (a backend name), ``python``; ``extras``: ``task_id``
-    (``<paper>/<snippet>``) and optionally ``max_turns``."""
+    bundled tasks), ``sandbox`` (a backend name), ``python``, ``env`` (the episode's settings,
+    :class:`~rcb_env.episode.env.EnvConfig`'s fields: ``paper_in_prompt``, ``test_feedback``,
+    observation caps); ``extras``: ``task_id`` (``<paper>/<snippet>``) and optionally
+    ``max_turns``."""
 
     def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None) -> None:
         super().__init__()
@@ -59,7 +62,13 @@ class RcbSkyRLEnv(BaseTextEnv):  # type: ignore[misc]
             if python
             else SandboxConfig(backend=backend)
         )
-        self.session = Session(_get(env_config, "pset"), sandbox=sandbox, max_turns=self.max_turns)
+        episode = _get(env_config, "env")
+        self.session = Session(
+            _get(env_config, "pset"),
+            sandbox=sandbox,
+            env=EnvConfig.model_validate(dict(episode)) if episode else None,
+            max_turns=self.max_turns,
+        )
         self.scored: bool | None = None
         self.passed: bool | None = None
 

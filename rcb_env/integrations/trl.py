@@ -19,6 +19,8 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from rcb_env.episode.driver import BudgetConfig
+from rcb_env.episode.env import EnvConfig
 from rcb_env.grading.grader import GradingConfig
 from rcb_env.integrations._session import Session, load_tasks
 from rcb_env.sandbox import SandboxConfig
@@ -33,9 +35,16 @@ class RcbEnvironment:
         *,
         sandbox: SandboxConfig | None = None,
         grading: GradingConfig | None = None,
+        env: EnvConfig | None = None,
+        budgets: BudgetConfig | None = None,
         max_turns: int = 30,
     ) -> None:
-        self._session = Session(pset, sandbox=sandbox, grading=grading, max_turns=max_turns)
+        """``env``: the episode's settings (``paper_in_prompt="outline"`` keeps the first
+        observation short; ``test_feedback``; observation caps); ``budgets``: wall-time, token
+        and cost limits beside ``max_turns`` tool calls."""
+        self._session = Session(
+            pset, sandbox=sandbox, grading=grading, env=env, budgets=budgets, max_turns=max_turns
+        )
 
     # reserved -----------------------------------------------------------------------------
     def reset(self, **row: Any) -> str:
@@ -166,12 +175,17 @@ def environment_factory(
     *,
     sandbox: SandboxConfig | None = None,
     grading: GradingConfig | None = None,
+    env: EnvConfig | None = None,
+    budgets: BudgetConfig | None = None,
     max_turns: int = 30,
 ) -> Callable[[], RcbEnvironment]:
-    """What ``GRPOTrainer(environment_factory=...)`` takes: a fresh environment per call."""
+    """What ``GRPOTrainer(environment_factory=...)`` takes: a fresh environment per call (the
+    episode config, as :class:`RcbEnvironment` takes it)."""
 
     def make() -> RcbEnvironment:
-        return RcbEnvironment(pset, sandbox=sandbox, grading=grading, max_turns=max_turns)
+        return RcbEnvironment(
+            pset, sandbox=sandbox, grading=grading, env=env, budgets=budgets, max_turns=max_turns
+        )
 
     return make
 

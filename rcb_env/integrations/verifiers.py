@@ -116,8 +116,9 @@ class RcbVerifiersEnv(vf.Env[RcbEnvConfig]):
 
     async def start(self) -> None:
         from rcb_env import config as rcb_config
+        from rcb_env.episode.driver import BudgetConfig
         from rcb_env.grading.grader import GradingConfig
-        from rcb_env.runner.eval import BudgetConfig, EvalConfig
+        from rcb_env.runner.eval import EvalConfig
         from rcb_env.sandbox import SandboxConfig, SandboxFactory
 
         ts = self.taskset.config

@@ -17,27 +17,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 __all__ = ["EpisodeRecord", "InfraError", "RecordLog", "StepRecord", "read_records"]
 
-from rcb_env.episode.outcome import EpisodeOutcome
+from rcb_env.episode.outcome import EpisodeOutcome, StepRecord
 from rcb_env.errors import InfraError
 from rcb_env.grading.models import GradeResult
 
 SCHEMA = "rcb-env/episode/1"
 Status = Literal["completed", "truncated", "infra_error"]
-
-
-class StepRecord(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    index: int
-    """1-based step number."""
-    action: Any
-    """The action as the agent gave it (JSON-able)."""
-    observation: str
-    """What the environment answered."""
-    reward: float
-    """Reward of the step (non-zero only at the end)."""
-    duration_s: float
-    """Time spent in the environment on this step."""
 
 
 class EpisodeRecord(BaseModel):

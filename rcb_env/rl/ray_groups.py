@@ -31,7 +31,7 @@ def _group_on_node(
     sandbox_json: str,
     group_id: str,
 ) -> dict[str, Any]:
-    from rcb_env.runner.eval import task_hash as th
+    from rcb_env.runner.episode import task_hash as th
 
     paper_id, _, name = task_id.partition("/")
     paper = _tasks_on_node(where).paper(paper_id)
@@ -68,7 +68,7 @@ def rollout_groups(
     """One group of ``k`` samples per task id (``<paper>/<snippet>`` of the benchmark or folder
     ``where``), on the Ray cluster this process is connected to (``ray.init`` first). Each
     finished group reaches ``on_group(group, node_id)`` as it completes; all are returned."""
-    from rcb_env.runner.eval import task_hash
+    from rcb_env.runner.episode import task_hash
     from rcb_env.task import load
 
     if not ray.cluster_resources().get(RESOURCE):  # type: ignore[no-untyped-call]

@@ -19,18 +19,21 @@ import hashlib
 import json
 import os
 import secrets
+import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 from pydantic import Field
 
 from rcb_env._common import Frozen
+from rcb_env.agent import Agent, OutOfBudget
+from rcb_env.episode.driver import BudgetConfig, Episode
 from rcb_env.episode.env import EnvConfig, RcbEnv
 from rcb_env.episode.outcome import EpisodeOutcome, StopReason
-from rcb_env.errors import InfraError, InfrastructureError, infra_error
+from rcb_env.errors import InfraError, InfrastructureError
 from rcb_env.grading.grader import GradingConfig
 from rcb_env.rl.policy import ContextLengthError, Policy, PolicyOutput
 from rcb_env.rl.trajectory import (
@@ -43,7 +46,7 @@ from rcb_env.rl.trajectory import (
 )
 from rcb_env.sandbox import SandboxConfig, SandboxFactory
 from rcb_env.task.models import Paper, Snippet
-from rcb_env.tools.actions import tool_specs
+from rcb_env.tools.actions import ToolSpec, tool_specs
 
 T = TypeVar("T")
 
@@ -68,32 +71,63 @@ def openai_tools() -> list[dict[str, Any]]:
 
 
 class AsyncRcbEnv:
-    """:class:`RcbEnv` for asyncio: same semantics, blocking work off the event loop."""
+    """An :class:`~rcb_env.episode.driver.Episode` for asyncio: the same driver, its blocking
+    work off the event loop (a step, a grading, or a whole pushed episode in a worker thread)."""
 
-    def __init__(self, env: RcbEnv, executor: Executor | None = None) -> None:
-        self.env = env
+    def __init__(self, episode: Episode, executor: Executor | None = None) -> None:
+        self.episode = episode
         self.executor = executor
-        """Threads for the blocking work (None: asyncio's default pool, about cores + 4 threads;
-        a group passes one thread per sample so that none waits for a thread)."""
-        self.ready: tuple[str, dict[str, Any]] | None = None
-        """A reset already done (by a group's pristine check): the next rollout starts there."""
+        """Threads for the blocking work (None: a thread of its own per call, so that any
+        number of concurrent rollouts never wait for a pool; a group passes one thread per
+        sample)."""
+
+    @property
+    def env(self) -> RcbEnv | None:
+        """The Gymnasium environment underneath (its sandbox, its outcome)."""
+        return self.episode.env
 
     async def _run(self, fn: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
+        if self.executor is not None:
+            return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[T] = loop.create_future()
 
-    async def reset(self, **kwargs: Any) -> tuple[str, dict[str, Any]]:
-        return await self._run(functools.partial(self.env.reset, **kwargs))
+        def work() -> None:
+            try:
+                value = fn()
+            except BaseException as exc:  # handed to the awaiting coroutine
+                loop.call_soon_threadsafe(_settle, done, None, exc)
+            else:
+                loop.call_soon_threadsafe(_settle, done, value, None)
+
+        threading.Thread(target=work, name="rcb-rollout", daemon=True).start()
+        return await done
+
+    async def reset(self) -> tuple[str, dict[str, Any]]:
+        return await self._run(self.episode.start)
 
     async def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        return await self._run(functools.partial(self.env.step, action))
+        return await self._run(functools.partial(self.episode.step, action))
 
     async def finish(
-        self, reason: StopReason = StopReason.SUBMIT
+        self, reason: StopReason = StopReason.BUDGET_STEPS
     ) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        return await self._run(functools.partial(self.env.finish, None, reason=reason))
+        return await self._run(functools.partial(self.episode.stop, reason))
+
+    async def run(self, agent: Agent) -> EpisodeOutcome:
+        return await self._run(functools.partial(self.episode.run, agent))
 
     async def close(self) -> None:
-        await self._run(self.env.close)
+        await self._run(self.episode.close)
+
+
+def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
 
 
 class RolloutConfig(Frozen):
@@ -106,6 +140,11 @@ class RolloutConfig(Frozen):
     env: EnvConfig = EnvConfig()
     grading: GradingConfig = GradingConfig()
     policy_version: str | None = None
+
+    def budgets(self) -> BudgetConfig:
+        """The driver's budgets of an attempt: its wall time (model turns are the policy
+        agent's own limit, tool calls are not limited)."""
+        return BudgetConfig(max_steps=None, max_wall_s=self.max_wall_s)
 
 
 class _Attempt(Frozen):
@@ -129,119 +168,165 @@ def _action_of(call: dict[str, Any]) -> tuple[str, dict[str, Any] | str]:
     return name, args if isinstance(args, dict) else str(raw)
 
 
+class _PolicyAgent:
+    """The caller's policy as the driver's agent (the push shape): each ``act`` is the next tool
+    call of the policy's current turn, asking the policy for a new turn when there is none.
+    ``act`` runs in the episode's worker thread; the policy runs on the event loop. Its own
+    limits (model turns, tokens per turn, context) end the episode through
+    :class:`~rcb_env.agent.OutOfBudget`, which grades the workspace as it stands; wall time
+    is the driver's budget."""
+
+    name = "policy"
+
+    def __init__(
+        self,
+        policy: Policy,
+        cfg: RolloutConfig,
+        tools: list[dict[str, Any]],
+        loop: asyncio.AbstractEventLoop,
+        remaining: Callable[[], dict[str, float | None]],
+    ) -> None:
+        self.policy = policy
+        self.remaining = remaining
+        self.cfg = cfg
+        self.tools = tools
+        self.loop = loop
+        self.messages: list[dict[str, Any]] = []
+        self.steps: list[TrajectoryStep] = []
+        self.calls: list[ModelTurn] = []
+        self.stop: RolloutStop = "max_turns"
+        self.t = {"model": 0.0, "env": 0.0, "grading": 0.0}
+        self._queue: list[dict[str, Any]] = []
+        self._pending: tuple[dict[str, Any], str, Any, float] | None = None
+        self._stopped_at: float | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def start(self, observation: str, info: dict[str, Any], tools: Sequence[ToolSpec]) -> None:
+        self.messages += [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": observation},
+        ]
+
+    def act(self, observation: str, info: dict[str, Any]) -> Any:
+        self._answered(observation, info)
+        while not self._queue:
+            wall = self.remaining()["wall_s"]  # the driver's count, now
+            if wall is not None and wall <= 0:
+                self._out("timeout", "budget_wall_s")
+            if len(self.calls) >= self.cfg.max_turns:
+                self._out("max_turns", "budget_steps")
+            self._turn()
+        call = self._queue.pop(0)
+        name, args = _action_of(call)
+        self._pending = (call, name, args, time.monotonic())
+        return {"tool": name, **args} if isinstance(args, dict) else args
+
+    def _out(self, stop: RolloutStop, reason: str) -> NoReturn:
+        """End the episode on one of the policy's limits: the workspace is graded as it
+        stands."""
+        self.stop = stop
+        self._stopped_at = time.monotonic()
+        raise OutOfBudget(reason)
+
+    def end(self, info: dict[str, Any]) -> None:
+        if self._stopped_at is not None:
+            self.t["grading"] += time.monotonic() - self._stopped_at
+        if self._pending is not None and "outcome" in info:
+            self._answered(str(info.get("observation", "")), info)
+        outcome = info.get("outcome")
+        reason = getattr(outcome, "reason", None)
+        if reason is StopReason.SUBMIT:
+            self.stop = "submit"
+        elif reason is StopReason.INFRA_ERROR:
+            self.stop = "infra_error"
+        elif reason is StopReason.BUDGET_WALL_S:
+            self.stop = "timeout"
+
+    def _turn(self) -> None:
+        """One model call (on the event loop); its tool calls queued."""
+        t0 = time.monotonic()
+        try:
+            out: PolicyOutput = asyncio.run_coroutine_threadsafe(
+                self.policy(self.messages, self.tools), self.loop
+            ).result()
+        except ContextLengthError:
+            self._out("context_length", "budget_steps")
+        latency = time.monotonic() - t0
+        self.t["model"] += latency
+        self.calls.append(
+            ModelTurn(
+                prompt_ids=out.prompt_ids,
+                completion_ids=out.completion_ids,
+                logprobs=out.logprobs,
+                finish_reason=out.finish_reason,
+                weight_version=out.weight_version or self.cfg.policy_version,
+                input_tokens=out.input_tokens,
+                output_tokens=out.output_tokens,
+                latency_s=round(latency, 4),
+            )
+        )
+        message = {k: v for k, v in out.message.items() if v is not None}
+        message["role"] = "assistant"
+        self.messages.append(message)
+        tool_calls = list(out.message.get("tool_calls") or [])
+        if not tool_calls:
+            if out.finish_reason == "length":
+                self._out("max_tokens", "budget_steps")
+            self.messages.append({"role": "user", "content": NUDGE})
+        self._queue = tool_calls
+
+    def _answered(self, observation: str, info: dict[str, Any]) -> None:
+        """The observation of the pending tool call: its trajectory step and tool message."""
+        if self._pending is None:
+            return
+        call, name, args, t0 = self._pending
+        self._pending = None
+        took = time.monotonic() - t0
+        self.t["grading" if name == "submit" else "env"] += took
+        self.steps.append(
+            TrajectoryStep(
+                index=len(self.steps) + 1,
+                action={"tool": name, "arguments": args},
+                observation=observation,
+                tool_ok=bool(info.get("tool_ok", not info.get("action_error", False))),
+                env_s=round(took, 4),
+                call=len(self.calls) - 1,
+            )
+        )
+        self.messages.append(
+            {"role": "tool", "tool_call_id": str(call.get("id", "")), "content": observation}
+        )
+
+
 async def _attempt(
     env: AsyncRcbEnv,
     policy: Policy,
     cfg: RolloutConfig,
     tools: list[dict[str, Any]],
-    episode_id: str,
 ) -> _Attempt:
-    messages: list[dict[str, Any]] = []
-    steps: list[TrajectoryStep] = []
-    calls: list[ModelTurn] = []
-    t = {"setup": 0.0, "model": 0.0, "env": 0.0, "grading": 0.0}
+    """One episode pushed by the driver with the policy as its agent."""
     start = time.monotonic()
-    stop: RolloutStop = "max_turns"
-    ended = False
-    info: dict[str, Any] = {}
-    try:
-        t0 = time.monotonic()
-        if env.ready is not None:
-            (obs, info), env.ready = env.ready, None
-        else:
-            obs, info = await env.reset(options={"episode_id": episode_id})
-        t["setup"] = time.monotonic() - t0
-        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": obs}]
-        for _turn in range(cfg.max_turns):
-            if cfg.max_wall_s is not None and time.monotonic() - start >= cfg.max_wall_s:
-                stop = "timeout"
-                break
-            t0 = time.monotonic()
-            try:
-                out: PolicyOutput = await policy(messages, tools)
-            except ContextLengthError:
-                stop = "context_length"
-                break
-            latency = time.monotonic() - t0
-            t["model"] += latency
-            calls.append(
-                ModelTurn(
-                    prompt_ids=out.prompt_ids,
-                    completion_ids=out.completion_ids,
-                    logprobs=out.logprobs,
-                    finish_reason=out.finish_reason,
-                    weight_version=out.weight_version or cfg.policy_version,
-                    input_tokens=out.input_tokens,
-                    output_tokens=out.output_tokens,
-                    latency_s=round(latency, 4),
-                )
-            )
-            message = {k: v for k, v in out.message.items() if v is not None}
-            message["role"] = "assistant"
-            messages.append(message)
-            tool_calls = list(out.message.get("tool_calls") or [])
-            if not tool_calls:
-                if out.finish_reason == "length":
-                    stop = "max_tokens"
-                    break
-                messages.append({"role": "user", "content": NUDGE})
-                continue
-            for call in tool_calls:
-                name, args = _action_of(call)
-                action: Any = {"tool": name, **args} if isinstance(args, dict) else args
-                t0 = time.monotonic()
-                obs, _reward, terminated, truncated, info = await env.step(action)
-                took = time.monotonic() - t0
-                if name == "submit":
-                    t["grading"] += took
-                else:
-                    t["env"] += took
-                steps.append(
-                    TrajectoryStep(
-                        index=len(steps) + 1,
-                        action={"tool": name, "arguments": args},
-                        observation=obs,
-                        tool_ok=bool(info.get("tool_ok", not info.get("action_error", False))),
-                        env_s=round(took, 4),
-                        call=len(calls) - 1,
-                    )
-                )
-                messages.append(
-                    {"role": "tool", "tool_call_id": str(call.get("id", "")), "content": obs}
-                )
-                if terminated or truncated:
-                    ended = True
-                    stop = "submit" if terminated else "infra_error"
-                    break
-            if ended:
-                break
-        if not ended:
-            t0 = time.monotonic()
-            reason = StopReason.BUDGET_WALL_S if stop == "timeout" else StopReason.BUDGET_STEPS
-            await env.finish(reason)
-            t["grading"] += time.monotonic() - t0
-        outcome = env.env.outcome
-        error = outcome.infra_error if outcome is not None else None
-        if error is not None:
-            stop = "infra_error"
-    except Exception as exc:  # the one boundary: an infrastructure failure is recorded
-        error = infra_error(exc, "sandbox")
-        if error is None:
-            raise
-        outcome, stop = None, "infra_error"
+    agent = _PolicyAgent(policy, cfg, tools, asyncio.get_running_loop(), env.episode.remaining)
+    outcome = await env.run(agent)
+    error = outcome.infra_error
+    if error is not None:
+        agent.stop = "infra_error"
+    total = time.monotonic() - start
     timings = Timings(
-        setup_s=round(t["setup"], 4),
-        model_s=round(t["model"], 4),
-        env_s=round(t["env"], 4),
-        grading_s=round(t["grading"], 4),
-        total_s=round(time.monotonic() - start, 4),
+        setup_s=round(env.episode.setup_s, 4),
+        model_s=round(agent.t["model"], 4),
+        env_s=round(agent.t["env"], 4),
+        grading_s=round(agent.t["grading"], 4),
+        total_s=round(total, 4),
     )
     return _Attempt(
-        messages=messages,
-        steps=steps,
-        calls=calls,
-        stop=stop,
-        outcome=outcome,
+        messages=agent.messages,
+        steps=agent.steps,
+        calls=agent.calls,
+        stop=agent.stop,
+        outcome=None if error is not None else outcome,
         error=error,
         timings=timings,
     )
@@ -257,14 +342,15 @@ async def rollout(
     sandbox: SandboxConfig | None = None,
     group_id: str | None = None,
     sample: int = 0,
-    env_maker: Callable[[], Awaitable[AsyncRcbEnv]] | None = None,
+    env_maker: Callable[[str], Awaitable[AsyncRcbEnv]] | None = None,
     executor: Executor | None = None,
 ) -> Trajectory:
     """One episode of ``snippet`` driven by ``policy``. Infrastructure failures are retried in a
     fresh sandbox (``config.retries``); when none succeeds, the trajectory has no reward.
 
     ``factory`` (shared by a group: one template) or ``sandbox`` (a factory of its own) says
-    where the sandboxes come from; ``env_maker`` overrides both (``rollout_group``'s reuse mode).
+    where the sandboxes come from; ``env_maker`` (given the episode's id, an episode already
+    started) overrides both (``rollout_group``'s reuse mode).
     """
     cfg = config or RolloutConfig()
     tools = openai_tools()
@@ -275,21 +361,27 @@ async def rollout(
     attempt: _Attempt | None = None
     try:
         for n in range(cfg.retries + 1):
+            episode_id = f"{group}-s{sample}-a{n}"
             if env_maker is not None:
-                env = await env_maker()
-                close = False
+                env = await env_maker(episode_id)
             else:
                 assert fac is not None
                 env = AsyncRcbEnv(
-                    RcbEnv(paper, snippet, cfg.env, grading_config=cfg.grading, factory=fac),
+                    Episode(
+                        paper,
+                        snippet,
+                        factory=fac,
+                        env=cfg.env,
+                        grading=cfg.grading,
+                        budgets=cfg.budgets(),
+                        episode_id=episode_id,
+                    ),
                     executor,
                 )
-                close = True
             try:
-                attempt = await _attempt(env, policy, cfg, tools, f"{group}-s{sample}-a{n}")
+                attempt = await _attempt(env, policy, cfg, tools)
             finally:
-                if close:
-                    await env.close()
+                await env.close()
             if attempt.error is None:
                 break
             errors.append(attempt.error)
@@ -411,21 +503,32 @@ async def rollout_group(
                     raise r
             trajectories = [r for r in results if isinstance(r, Trajectory)]
         else:
-            shared = AsyncRcbEnv(
-                RcbEnv(paper, snippet, cfg.env, grading_config=cfg.grading, factory=fac), pool
-            )
+            shared = RcbEnv(paper, snippet, cfg.env, grading_config=cfg.grading, factory=fac)
             expected = await asyncio.to_thread(tree_digest, fac.template(paper, snippet))
 
-            async def checked() -> AsyncRcbEnv:
+            async def checked(episode_id: str) -> AsyncRcbEnv:
                 # Each sample starts from a reset of the one sandbox: check it is pristine.
-                shared.ready = await shared.reset(options={"episode_id": f"{group}-reset"})
-                sb = shared.env.sandbox
+                env = AsyncRcbEnv(
+                    Episode(
+                        paper,
+                        snippet,
+                        factory=fac,
+                        env=cfg.env,
+                        grading=cfg.grading,
+                        budgets=cfg.budgets(),
+                        episode_id=episode_id,
+                        environment=shared,
+                    ),
+                    pool,
+                )
+                await env.reset()
+                sb = shared.sandbox
                 assert sb is not None
                 got = await asyncio.to_thread(tree_digest, sb.workspace)
                 checks.append(got == expected)
                 if got != expected:
                     raise RuntimeError("the reset workspace differs from the template")
-                return shared
+                return env
 
             trajectories = []
             try:
@@ -442,7 +545,7 @@ async def rollout_group(
                         )
                     )
             finally:
-                await shared.close()
+                await asyncio.get_running_loop().run_in_executor(pool, shared.close)
     finally:
         if factory is None:
             await asyncio.to_thread(fac.close)

@@ -3,7 +3,6 @@ episode as it happens; resume a killed run without losing or repeating finished 
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -14,210 +13,46 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
-
 from rcb_env import envs
-from rcb_env.agent import Agent, AgentFactory, MeteredAgent, OutOfBudget, agent_factory
-from rcb_env.episode.env import EnvConfig, RcbEnv
+from rcb_env.agent import AgentFactory
 from rcb_env.episode.outcome import EpisodeOutcome
-from rcb_env.episode.wrappers import Budgets
-from rcb_env.errors import ConfigError, InfraError, Stage, infra_error
-from rcb_env.grading.grader import GradingConfig
+from rcb_env.errors import ConfigError, InfraError
 from rcb_env.grading.prewarm import Prewarmer
 from rcb_env.logs import get_logger
 from rcb_env.results.records import (
     EpisodeRecord,
     RecordLog,
-    StepRecord,
     final_records,
     read_records,
     write_json_atomic,
 )
 from rcb_env.results.summary import Summary, Totals, Unavailable, summarize_run
-from rcb_env.sandbox import SandboxConfig, SandboxFactory
+from rcb_env.runner.episode import (
+    EvalConfig,
+    _brings_interpreter,
+    make_agent_factory,
+    run_episode,
+    task_hash,
+)
+from rcb_env.sandbox import SandboxFactory
 from rcb_env.task.models import Paper, Pset, Snippet
-from rcb_env.tools.actions import tool_specs
+
+__all__ = [
+    "RECORDS",
+    "RUN_FILE",
+    "EvalConfig",
+    "make_agent_factory",
+    "new_run_dir",
+    "run_episode",
+    "run_eval",
+    "runnable",
+    "task_hash",
+]
 
 RUN_SCHEMA = "rcb-env/run/1"
 RECORDS = "episodes.jsonl"
 RUN_FILE = "run.json"
 log = get_logger(__name__)
-
-
-class BudgetConfig(BaseModel):
-    """Per-episode limits, identical for every agent of a run."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    max_steps: int | None = 50
-    max_wall_s: float | None = 1800.0
-    max_tokens: int | None = None
-    max_cost: float | None = None
-
-
-class EvalConfig(BaseModel):
-    """Everything that defines a run (and must match when resuming it)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    agent: str
-    """Built-in agent name (oracle, null, single-shot, tools) or ``package.module:Class``."""
-    model: dict[str, Any] | None = None
-    """For the LLM agents: which model, where, and how it is called (the agents' model settings,
-    e.g. ``rcb_agents.models.ModelConfig``, as JSON)."""
-    with_paper: bool = True
-    """single-shot: include the paper (False is the paper's "without paper" ablation)."""
-    samples: int = 1
-    """Episodes per snippet."""
-    env: EnvConfig = EnvConfig()
-    sandbox: SandboxConfig = SandboxConfig()
-    grading: GradingConfig = GradingConfig()
-    budgets: BudgetConfig = BudgetConfig()
-
-    @field_validator("model", mode="before")
-    @classmethod
-    def _model_as_json(cls, value: Any) -> Any:
-        return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
-
-
-def task_hash(snippet: Snippet) -> str:
-    spec = snippet.model_dump(mode="json")
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def make_agent_factory(cfg: EvalConfig, pset: Pset) -> AgentFactory:
-    """The factory of ``cfg.agent`` (a built-in name or ``package.module:Class``).
-
-    Raises:
-        ConfigError: an unknown or broken spec.
-    """
-    return agent_factory(cfg.agent, pset, model=cfg.model, options={"with_paper": cfg.with_paper})
-
-
-def _jsonable(action: Any) -> Any:
-    if isinstance(action, BaseModel):
-        return action.model_dump(mode="json")
-    try:
-        json.dumps(action)
-    except (TypeError, ValueError):
-        return repr(action)
-    return action
-
-
-def run_episode(
-    paper: Paper,
-    snippet: Snippet,
-    sample: int,
-    agent: Agent,
-    cfg: EvalConfig,
-    factory: SandboxFactory,
-    run_id: str,
-) -> EpisodeRecord:
-    """One episode, start to record. Infrastructure failures become infra records."""
-    episode_id = f"{snippet.slug[:40]}-s{sample}-{secrets.token_hex(4)}"
-    started_at = time.time()
-    t0 = time.monotonic()
-    steps: list[StepRecord] = []
-    initial = ""
-    outcome: EpisodeOutcome | None = None
-    inner = RcbEnv(paper, snippet, cfg.env, grading_config=cfg.grading, factory=factory)
-    env = Budgets(inner, **cfg.budgets.model_dump())
-    stage: Stage = "sandbox"
-    metered = agent if isinstance(agent, MeteredAgent) else None
-    charged = (0, 0.0)
-    calls: list[Any] = []
-
-    def drain(step: int) -> None:
-        # Each model call is linked to the step its answer became (0: before the first step).
-        if metered is not None:
-            for c in metered.drain_calls():
-                data = _jsonable(c)
-                calls.append({**data, "step": step} if isinstance(data, dict) else data)
-
-    try:
-        obs, info = env.reset(options={"episode_id": episode_id})
-        initial = obs
-        stage = "agent"
-        agent.start(obs, info, tool_specs())
-        drain(0)
-        terminated = truncated = False
-        while not (terminated or truncated):
-            stage = "agent"
-            try:
-                action = agent.act(obs, info)
-            except OutOfBudget as out:
-                drain(len(steps))
-                stage = "sandbox"
-                obs, _r, terminated, truncated, info = inner.finish(reason=out.reason)
-                obs = f"[budget exhausted: {out.reason.removeprefix('budget_')}] {obs}"
-                break
-            drain(len(steps) + 1)
-            if metered is not None:
-                tokens, cost = metered.spent()
-                env.charge_tokens(tokens - charged[0], cost - charged[1])
-                charged = (tokens, cost)
-            stage = "sandbox"
-            s0 = time.monotonic()
-            obs, reward, terminated, truncated, info = env.step(action)
-            steps.append(
-                StepRecord(
-                    index=len(steps) + 1,
-                    action=_jsonable(action),
-                    observation=obs,
-                    reward=reward,
-                    duration_s=round(time.monotonic() - s0, 4),
-                )
-            )
-        stage = "agent"
-        agent.end({**info, "observation": obs})  # the last observation, for agents that relay it
-        drain(len(steps))
-        outcome = inner.outcome
-    except Exception as exc:  # the one boundary: what broke, and where
-        error = infra_error(exc, stage)
-        if error is None and stage == "agent":  # an agent's own crash must not take the run down
-            error = InfraError(stage="agent", type=type(exc).__name__, message=str(exc)[:2000])
-        if error is None:
-            raise
-        outcome = EpisodeOutcome.failed(error)
-        with contextlib.suppress(Exception):  # an agent that relays the end (MCP) is told
-            agent.end({"status": "infra_error", "outcome": outcome, "observation": error.message})
-    finally:
-        env.close()
-    if outcome is None:  # pragma: no cover - the loop only ends with an outcome
-        raise RuntimeError("the episode ended without an outcome")
-    drain(len(steps))  # an agent that crashed mid-call
-    if metered is not None:  # calls made after the last step (a framework's closing turn)
-        tokens, cost = metered.spent()
-        env.charge_tokens(tokens - charged[0], cost - charged[1])
-    record = EpisodeRecord.from_outcome(
-        outcome,
-        run_id=run_id,
-        episode_id=episode_id,
-        snippet_id=snippet.id,
-        paper_id=paper.id,
-        sample=sample,
-        weight=snippet.weight,
-        task_hash=task_hash(snippet),
-        agent=agent.describe(),
-        config=cfg.model_dump(mode="json", exclude={"agent"}),
-        initial_observation=initial,
-        steps=steps,
-        model_calls=calls,
-        tokens=env.tokens,
-        cost=round(env.cost, 6),
-        started_at=started_at,
-        duration_s=round(time.monotonic() - t0, 3),
-    )
-    log.info(
-        "episode",
-        run_id=run_id,
-        task_id=snippet.id,
-        episode_id=episode_id,
-        sample=sample,
-        status=record.status,
-        passed=record.passed,
-    )
-    return record
 
 
 def new_run_dir(runs_root: Path) -> Path:
@@ -279,13 +114,6 @@ def _totals(pset: Pset, unavailable: list[Unavailable]) -> Totals:
         weight=sum(s.weight for s in pset.snippets),
         unavailable=tuple(unavailable),
         parts=parts,
-    )
-
-
-def _brings_interpreter(cfg: EvalConfig) -> bool:
-    """Does the run's configuration name the interpreter (so no task environment is needed)?"""
-    return cfg.sandbox.backend == "docker" or (
-        cfg.sandbox.python is not None and cfg.grading.python is not None
     )
 
 

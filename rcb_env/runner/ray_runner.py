@@ -174,7 +174,7 @@ def _run_group(
     attempts: Any,
 ) -> list[dict[str, Any]]:
     """One group on a worker node: the records of its episodes (JSON)."""
-    from rcb_env.runner.eval import EvalConfig
+    from rcb_env.runner.episode import EvalConfig
     from rcb_env.sandbox import SandboxFactory
 
     factory = SandboxFactory(EvalConfig.model_validate_json(cfg_json).sandbox)
@@ -200,8 +200,8 @@ def _group_records(
     factory: Any,
 ) -> list[dict[str, Any]]:
     """The episodes of one group in ``factory``'s sandboxes, as records (JSON)."""
-    from rcb_env.runner.eval import EvalConfig, make_agent_factory, run_episode
-    from rcb_env.runner.eval import task_hash as th
+    from rcb_env.runner.episode import EvalConfig, make_agent_factory, run_episode
+    from rcb_env.runner.episode import task_hash as th
 
     node = ray.get_runtime_context().get_node_id()
     attempt = int(ray.get(attempts.bump.remote(f"{paper_id}/{snippet_name}:{samples}")))
@@ -215,7 +215,7 @@ def _group_records(
         )
     cfg = EvalConfig.model_validate_json(cfg_json)
     from rcb_env import envs
-    from rcb_env.runner.eval import _brings_interpreter
+    from rcb_env.runner.episode import _brings_interpreter
 
     ready = envs.availability(paper, interpreter_given=_brings_interpreter(cfg))
     if ready.status != "ready":
@@ -259,7 +259,7 @@ class _NodeWorker:
         run_id: str,
         attempts: Any,
     ) -> list[dict[str, Any]]:
-        from rcb_env.runner.eval import EvalConfig
+        from rcb_env.runner.episode import EvalConfig
         from rcb_env.sandbox import SandboxFactory
 
         sandbox = EvalConfig.model_validate_json(cfg_json).sandbox

@@ -11,7 +11,6 @@ rlimits always.
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 import pwd
 import shutil
@@ -22,7 +21,7 @@ from pathlib import Path
 from rcb_env import config as settings
 from rcb_env import envs
 from rcb_env.errors import SandboxError
-from rcb_env.sandbox import cgroups
+from rcb_env.sandbox import _keyrings, cgroups
 from rcb_env.sandbox.backend import Backend
 from rcb_env.sandbox.base import ExecResult, Executor, Limits, Sandbox, SandboxConfig, chown_tree
 from rcb_env.sandbox.cgroups import Cgroup, with_oom
@@ -56,21 +55,23 @@ def probe() -> str | None:
 
 def keyring_guard(python: str) -> list[str]:
     """A prefix for the sandbox's shell: the task interpreter joins an empty session keyring and
-    installs the seccomp filter that refuses the keyring system calls (the grading runner's own,
-    :func:`rcb_env.grading._runner._close_keyrings`), then becomes the command that follows.
-    Keys are outside every namespace: without it, one episode's shell could leave keys (their
-    descriptions listed in ``/proc/keys`` to every process of the sandbox's user) for the next."""
-    from rcb_env.grading import _runner
-
+    installs the seccomp filter that refuses the keyring system calls
+    (:func:`rcb_env.sandbox._keyrings.close_keyrings`, which every grading run also runs), then
+    becomes the command that follows. Keys are outside every namespace: without it, one
+    episode's shell could leave keys (their descriptions listed in ``/proc/keys`` to every
+    process of the sandbox's user) for the next."""
     code = (
-        "import os, sys\n"
-        f"{inspect.getsource(_runner._close_keyrings)}\n"
-        f"_KEYRING_CALLS = {_runner._KEYRING_CALLS!r}\n"
-        f"_KEYCTL_JOIN_SESSION_KEYRING = {_runner._KEYCTL_JOIN_SESSION_KEYRING}\n"
-        "_close_keyrings()\n"
+        f"{_keyrings_source()}\n"
+        "import sys\n"
+        "close_keyrings()\n"
         "os.execvp(sys.argv[1], sys.argv[1:])\n"
     )
     return [python, "-I", "-S", "-c", code]
+
+
+@functools.cache
+def _keyrings_source() -> str:
+    return Path(_keyrings.__file__).read_text(encoding="utf-8")
 
 
 @functools.cache

@@ -11,13 +11,13 @@ from typing import Any
 from rcb_env.errors import SandboxError
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox.base import SandboxConfig, chown_tree
-from rcb_env.sandbox.docker import (
+from rcb_env.sandbox.docker_engine import (
     GID,
     UID,
     USER,
-    _common,
-    _remove,
+    container_options,
     docker_errors,
+    remove_container,
     remove_leftovers,
 )
 
@@ -43,7 +43,7 @@ class Slot:
                     str(self.control): {"bind": "/.rcb", "mode": "rw"},
                 },
                 working_dir="/workspace",
-                **_common(config.limits, "episode"),
+                **container_options(config.limits, "episode"),
             )
 
     def running(self) -> bool:
@@ -60,7 +60,7 @@ class Slot:
             self.container.exec_run(["sh", "-c", "kill -9 -1"], user=USER)
 
     def remove(self) -> None:
-        _remove(self.container)
+        remove_container(self.container)
         scratch_dirs.discard(self.root)
 
 

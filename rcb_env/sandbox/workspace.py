@@ -21,11 +21,20 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from rcb_env.errors import AgentFacingError
-from rcb_env.task import annotations as ann
 from rcb_env.task.loader import _SKIP_WALK, walk_files
 from rcb_env.task.models import Paper, Snippet
+from rcb_env.task.regions import extract_region, extract_span
 from rcb_env.task.source import source_for
 from rcb_env.untrusted import NotARegularFile, TooLarge, open_beneath
+
+#: extract_region and extract_span live in the task layer (rcb_env.task.regions); kept here
+#: for the callers that import them from the workspace.
+__all__ = [
+    "WorkspacePathError",
+    "extract_body",
+    "extract_region",
+    "extract_span",
+]
 
 
 class WorkspacePathError(AgentFacingError):
@@ -560,53 +569,3 @@ def extract_body(paper: Paper, snippet: Snippet, edited_text: str) -> tuple[str,
     """The candidate body in the agent's edited copy of ``snippet.file`` (the task source
     decides how), and whether the file also changed outside the region."""
     return source_for(paper).extract_body(paper, snippet, edited_text)
-
-
-def extract_region(masked_text: str, placeholder: list[str], edited_text: str) -> tuple[str, bool]:
-    """What now stands where the ``placeholder`` lines stood in ``masked_text``.
-
-    Lines are aligned with difflib; the body is everything between the last unchanged line before
-    the placeholder and the first unchanged line after it. Returns the body and whether the file
-    was also changed outside that region (such edits are ignored for grading).
-
-    Raises:
-        ValueError: ``masked_text`` does not contain the placeholder lines.
-    """
-    masked = ann.split_lines(masked_text)
-    want = [line.rstrip("\r\n") for line in placeholder]
-    n = len(want)
-    start = next(
-        (
-            i
-            for i in range(len(masked) - n + 1)
-            if [line.rstrip("\r\n") for line in masked[i : i + n]] == want
-        ),
-        None,
-    )
-    if start is None or n == 0:
-        raise ValueError("the masked text has no placeholder block")
-    return extract_span(masked_text, start, start + n, edited_text)
-
-
-def extract_span(masked_text: str, start: int, end: int, edited_text: str) -> tuple[str, bool]:
-    """What now stands where lines ``start:end`` (0-based, end exclusive; may be empty) stood in
-    ``masked_text``; see :func:`extract_region`."""
-    masked = ann.split_lines(masked_text)
-    edited = ann.split_lines(edited_text)
-    n = end - start
-    mapping: dict[int, int] = {}
-    matcher = difflib.SequenceMatcher(None, masked, edited, autojunk=False)
-    for block in matcher.get_matching_blocks():
-        for k in range(block.size):
-            mapping[block.a + k] = block.b + k
-    before = [i for i in range(start) if i in mapping]
-    after = [i for i in range(end, len(masked)) if i in mapping]
-    lo = mapping[before[-1]] + 1 if before else 0
-    hi = mapping[after[0]] if after else len(edited)
-    hi = max(hi, lo)
-    body = "".join(edited[lo:hi])
-    # Untouched context maps line for line; a changed, deleted or added line outside the region
-    # breaks either count.
-    context = len(masked) - n
-    outside = len(before) + len(after) != context or len(edited) - (hi - lo) != context
-    return body, outside

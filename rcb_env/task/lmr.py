@@ -33,13 +33,10 @@ from typing import Any, TypedDict
 
 from rcb_env.catalog.fetch import verified_gaps
 from rcb_env.errors import MetadataError, MissingTaskFileError, TaskLoadError
-from rcb_env.grading.discovery import expected_tests
-from rcb_env.grading.models import FailureKind, Outcome
-from rcb_env.grading.verdict import Verdict
-from rcb_env.sandbox.workspace import extract_span
 from rcb_env.task import loader
 from rcb_env.task import pyregion as pr
 from rcb_env.task.annotations import is_code_line
+from rcb_env.task.discovery import expected_tests
 from rcb_env.task.models import (
     AnnotatedFile,
     LoadFailure,
@@ -49,9 +46,11 @@ from rcb_env.task.models import (
     Pset,
     Snippet,
 )
+from rcb_env.task.reach import Reach, reach
+from rcb_env.task.regions import extract_span
 from rcb_env.task.source import Guarded, Judged, TaskSource, TaskStatement
 from rcb_env.untrusted import read_beneath
-from rcb_env.validation.exercise import Reach, reach
+from rcb_env.verdicts import FailureKind, Outcome, Verdict
 
 INFO = "info.json"
 GOLDEN_DIR = "golden_files"

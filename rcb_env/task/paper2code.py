@@ -10,11 +10,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from rcb_env.grading.discovery import expected_tests
-from rcb_env.sandbox.workspace import extract_region
 from rcb_env.task import annotations as ann
 from rcb_env.task import loader
+from rcb_env.task.discovery import expected_tests
 from rcb_env.task.models import Paper, Pset, Snippet
+from rcb_env.task.regions import extract_region
 from rcb_env.task.source import TaskSource, TaskStatement
 
 

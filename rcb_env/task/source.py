@@ -16,15 +16,13 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, NamedTuple, TypeVar
+from typing import ClassVar, NamedTuple, TypeVar
 
 from rcb_env._common import Frozen
 from rcb_env._registry import Registry
 from rcb_env.task.models import Paper, Pset, Snippet
-
-if TYPE_CHECKING:
-    from rcb_env.grading.verdict import Verdict
-    from rcb_env.validation.exercise import Reach
+from rcb_env.task.reach import Reach
+from rcb_env.verdicts import Verdict
 
 
 class TaskStatement(Frozen):

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
+from rcb_env import envs
 from rcb_env._common import Frozen
 from rcb_env.grading.grader import Grader, GradingConfig
 from rcb_env.grading.models import GradeResult
@@ -137,9 +138,6 @@ def _judge(
 
 
 def main(argv: list[str] | None = None) -> int:
-    import rcb_env
-    from rcb_env.runner.eval import runnable
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--pset", default=None, help="Default: the bundled tasks.")
     parser.add_argument("--paper", action="append", default=[])
@@ -147,10 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", default=None, help="docker: the images' base.")
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
-    from rcb_env.task import bundled_root
+    from rcb_env.task import bundled_root, load
 
-    loaded = rcb_env.load(args.pset or str(bundled_root()), papers=set(args.paper) or None)
-    ready, _ = runnable(loaded)
+    loaded = load(args.pset or str(bundled_root()), papers=set(args.paper) or None)
+    ready = envs.runnable_here(loaded)
     sandbox = SandboxConfig(backend=args.sandbox)
     if args.base:
         sandbox = sandbox.model_copy(update={"docker_base": args.base})

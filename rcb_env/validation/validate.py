@@ -17,8 +17,8 @@ from rcb_env.grading.models import GradeResult, Outcome
 from rcb_env.grading.prewarm import Prewarmer
 from rcb_env.sandbox.base import Executor
 from rcb_env.task.models import LoadFailure, Paper, Pset, Snippet
+from rcb_env.task.reach import Reach, ReachKind
 from rcb_env.task.source import source_for
-from rcb_env.validation.exercise import Reach, ReachKind
 
 SCHEMA = "rcb-env/validate/1"
 

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from rcb_env._common import Frozen
+from rcb_env.frozen import Frozen
 
 
 class ToolCall(Frozen):

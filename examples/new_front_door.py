@@ -1,0 +1,32 @@
+"""A new front door needs no episode loop of its own: a pull caller (here a tiny JSON-lines
+"protocol") drives one episode through the driver, rcb_env.episode.driver.Episode, which owns
+the start, every budget, grading, the outcome and infrastructure failures."""
+
+import json
+
+import rcb_env
+from rcb_env.episode.driver import BudgetConfig, Episode
+from rcb_env.sandbox import SandboxFactory
+
+pset = rcb_env.load("tasks")
+paper = pset.paper("adamw-warmup")
+snippet = paper.snippet("bias correction")
+factory = SandboxFactory()  # bwrap where it runs
+episode = Episode(paper, snippet, factory=factory, budgets=BudgetConfig(max_steps=5))
+requests = [  # what the outside caller sends, one tool call per line
+    '{"tool": "read_file", "path": "optim.py", "start_line": 44, "end_line": 50}',
+    json.dumps({"tool": "submit", "body": snippet.reference_body}),
+]
+try:
+    statement, info = episode.start()  # a sandbox that cannot start ends it here, unscored
+    print(statement.splitlines()[0])
+    for line in requests:
+        observation, reward, terminated, truncated, info = episode.step(json.loads(line))
+        if episode.done:
+            break
+    outcome = episode.outcome
+    assert outcome is not None
+    print(f"status {outcome.status.value}, reward {episode.reward()} (weight {snippet.weight})")
+finally:
+    episode.close()
+    factory.close()

@@ -1,0 +1,61 @@
+"""Where a masked region stands in an agent's edited file: the candidate body is read back by
+aligning the edited text with the masked one (any layout: paper2code's TODO block, LMR-Bench's
+line span)."""
+
+from __future__ import annotations
+
+import difflib
+
+from rcb_env.task.annotations import split_lines
+
+__all__ = ["extract_region", "extract_span"]
+
+
+def extract_region(masked_text: str, placeholder: list[str], edited_text: str) -> tuple[str, bool]:
+    """What now stands where the ``placeholder`` lines stood in ``masked_text``.
+
+    Lines are aligned with difflib; the body is everything between the last unchanged line before
+    the placeholder and the first unchanged line after it. Returns the body and whether the file
+    was also changed outside that region (such edits are ignored for grading).
+
+    Raises:
+        ValueError: ``masked_text`` does not contain the placeholder lines.
+    """
+    masked = split_lines(masked_text)
+    want = [line.rstrip("\r\n") for line in placeholder]
+    n = len(want)
+    start = next(
+        (
+            i
+            for i in range(len(masked) - n + 1)
+            if [line.rstrip("\r\n") for line in masked[i : i + n]] == want
+        ),
+        None,
+    )
+    if start is None or n == 0:
+        raise ValueError("the masked text has no placeholder block")
+    return extract_span(masked_text, start, start + n, edited_text)
+
+
+def extract_span(masked_text: str, start: int, end: int, edited_text: str) -> tuple[str, bool]:
+    """What now stands where lines ``start:end`` (0-based, end exclusive; may be empty) stood in
+    ``masked_text``; see :func:`extract_region`."""
+    masked = split_lines(masked_text)
+    edited = split_lines(edited_text)
+    n = end - start
+    mapping: dict[int, int] = {}
+    matcher = difflib.SequenceMatcher(None, masked, edited, autojunk=False)
+    for block in matcher.get_matching_blocks():
+        for k in range(block.size):
+            mapping[block.a + k] = block.b + k
+    before = [i for i in range(start) if i in mapping]
+    after = [i for i in range(end, len(masked)) if i in mapping]
+    lo = mapping[before[-1]] + 1 if before else 0
+    hi = mapping[after[0]] if after else len(edited)
+    hi = max(hi, lo)
+    body = "".join(edited[lo:hi])
+    # Untouched context maps line for line; a changed, deleted or added line outside the region
+    # breaks either count.
+    context = len(masked) - n
+    outside = len(before) + len(after) != context or len(edited) - (hi - lo) != context
+    return body, outside

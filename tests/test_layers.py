@@ -1,0 +1,70 @@
+"""The package's layers (``lint-imports`` checks them, pyproject.toml's ``[tool.importlinter]``):
+values moved down to the layers that need them keep their old import paths, and the built-in
+agents come through an entry point, not an import."""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+import rcb_agents.registry
+
+from rcb_env.agent import AGENTS_GROUP, BUILTIN, AgentRegistry, _registry
+
+
+def test_moved_values_keep_their_old_import_paths() -> None:
+    from rcb_env import execution, verdicts
+    from rcb_env.grading import discovery, models, verdict
+    from rcb_env.sandbox import base, docker, docker_engine
+    from rcb_env.task import discovery as task_discovery
+    from rcb_env.task import reach
+    from rcb_env.validation import exercise
+
+    assert models.Outcome is verdicts.Outcome
+    assert models.FailureKind is verdicts.FailureKind
+    assert verdict.Verdict is verdicts.Verdict
+    assert base.ExecResult is execution.ExecResult
+    assert discovery.expected_tests is task_discovery.expected_tests
+    assert exercise.reach is reach.reach
+    assert exercise.Reach is reach.Reach
+    assert docker.client is docker_engine.client
+    assert docker.remove_leftovers is docker_engine.remove_leftovers
+
+
+def test_builtin_agents_come_through_the_entry_point() -> None:
+    (entry,) = entry_points(group=AGENTS_GROUP, name=BUILTIN)
+    assert entry.value == "rcb_agents.registry"
+    assert _registry() is rcb_agents.registry
+    registry: AgentRegistry = rcb_agents.registry  # the module implements the protocol (mypy)
+    assert registry.model_settings({"spec": "openai:gpt-4.1"})["spec"] == "openai:gpt-4.1"
+
+
+def test_an_independent_import_graph_has_no_cycle_and_task_imports_nothing_above_it() -> None:
+    """grimp's graph of every import in rcb_env (function-level ones included): no module
+    imports itself back through others, no package of the package imports itself back, and
+    the task layer imports nothing from the sandbox, grading, validation or runner (the
+    stand-in packages, data installed into a task's environment, aside)."""
+    import grimp
+
+    graph: grimp.ImportGraph = grimp.build_graph("rcb_env", include_external_packages=False)
+    # The stand-in packages are data: installed into a task's environment, never imported here.
+    modules = sorted(m for m in graph.modules if not m.startswith("rcb_env.catalog.standins"))
+    cycles = []
+    for module in modules:
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported != module and graph.chain_exists(imported=module, importer=imported):
+                cycles.append((module, imported))
+    assert cycles == [], cycles[:5]
+    packages = sorted({".".join(m.split(".")[:2]) for m in modules if m.count(".") >= 1})
+    package_cycles = [
+        (a, b)
+        for a in packages
+        for b in packages
+        if a < b
+        and graph.chain_exists(importer=a, imported=b, as_packages=True)
+        and graph.chain_exists(importer=b, imported=a, as_packages=True)
+    ]
+    assert package_cycles == [], package_cycles
+    for above in ("sandbox", "grading", "validation", "runner"):
+        assert not graph.chain_exists(
+            importer="rcb_env.task", imported=f"rcb_env.{above}", as_packages=True
+        ), above
