@@ -23,7 +23,7 @@ test: check
 # The fast tier: pure logic and the in-package fake sandbox, no bubblewrap, Docker or long runs
 # (under a minute; runs on a machine without bwrap).
 test-fast: install
-	$(BIN)/pytest -m "not slow and not bwrap and not docker"
+	$(BIN)/pytest -n 2 -m "not slow and not bwrap and not docker"
 
 # The documentation site (docs/, mkdocs.yml), built into a fresh temporary folder: never into the
 # checkout.

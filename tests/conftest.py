@@ -197,3 +197,60 @@ def _dump(data: Any) -> str:
     out = io.StringIO()
     YAML(typ="safe", pure=True).dump(data, out)
     return out.getvalue()
+
+
+#: What a test run may leave in the checkout: tools' caches (and Python's bytecode).
+_CACHES = (
+    ".venv/",
+    ".mypy_cache/",
+    ".pytest_cache/",
+    ".ruff_cache/",
+    ".hypothesis/",
+    ".grimp_cache/",
+    ".import_linter_cache/",
+)
+
+
+def _tree_state() -> set[str] | None:
+    """The checkout's changed, untracked and ignored entries (caches aside), or None outside a
+    git checkout."""
+    import subprocess
+
+    run = subprocess.run(
+        ["git", "status", "--porcelain", "--ignored", "--untracked-files=all"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if run.returncode != 0:
+        return None
+    entries = set()
+    for line in run.stdout.splitlines():
+        path = line[3:]
+        if path.startswith(_CACHES) or "__pycache__/" in path or path.endswith(".pyc"):
+            continue
+        entries.add(line)
+    return entries
+
+
+_before: list[set[str] | None] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _before.append(_tree_state())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """No test writes into the checkout: a run that left anything there fails."""
+    before = _before[0] if _before else None
+    after = _tree_state()
+    if before is None or after is None:
+        return
+    left = sorted(after - before)
+    if left:
+        sys.stderr.write(
+            "\nthe test run changed the checkout (every test works in its own temporary "
+            "folder):\n" + "".join(f"  {entry}\n" for entry in left)
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

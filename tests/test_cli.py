@@ -31,9 +31,12 @@ def test_exit_codes_are_distinct_and_documented() -> None:
 
 def test_an_rcb_error_a_usage_error_and_findings_exit_differently(tmp_path: Path) -> None:
     pset = write_pset(tmp_path, [write_paper(tmp_path, "maths", math_files())])
-    broken = _rcb("eval", "--agent", "nope.module:Thing", "--pset", str(pset), "--sandbox", "local")
+    runs = tmp_path / "runs"
+    broken = _rcb("eval", "--agent", "nope.module:Thing", "--pset", str(pset), "--sandbox", "local",
+                  "--runs-dir", str(runs))  # fmt: skip
     assert broken.returncode == _app.EXIT_ERROR, broken.stderr
     assert "cannot import nope.module" in broken.stderr
+    assert not runs.exists()  # nothing of a run was left: the agent is resolved first
     usage = _rcb("tasks", "--no-such-option")
     assert usage.returncode == _app.EXIT_USAGE
     (pset / "maths" / "stats.py").write_text('# <paper2code name="x">\n')  # unclosed marker
@@ -63,3 +66,58 @@ def test_import_registers_ids_without_loading_any_task() -> None:
     )
     assert run.returncode == 0, run.stderr
     assert int(run.stdout) >= 20
+
+
+def test_eval_takes_a_run_file_and_a_flag_overrides_it(tmp_path: Path) -> None:
+    """One model for both: the run file's options, the command line's flags on top."""
+    import json
+
+    pset = write_pset(tmp_path, [write_paper(tmp_path, "maths", math_files())])
+    runs = tmp_path / "runs"
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text(
+        f"agent: oracle\npset: [{pset}]\nsnippets: variance\nsandbox: local\n"
+        f"runs-dir: {runs}\nsamples: 1\nmax_steps: 7\ntest_feedback: none\n"
+    )
+    done = _rcb("eval", "--config", str(run_file), "--samples", "2")
+    assert done.returncode == 0, done.stderr
+    (run,) = runs.iterdir()
+    config = json.loads((run / "run.json").read_text())["config"]
+    assert config["agent"] == "oracle"
+    assert config["samples"] == 2  # the flag won
+    assert config["budgets"]["max_steps"] == 7  # from the file
+    assert config["env"]["test_feedback"] == "none"
+    records = [json.loads(line) for line in (run / "episodes.jsonl").read_text().splitlines()]
+    assert [(r["snippet_id"], r["passed"]) for r in records] == [("maths/variance", True)] * 2
+    run_file.write_text("agent: oracle\nmax_stepz: 3\n")
+    bad = _rcb("eval", "--config", str(run_file))
+    assert bad.returncode == _app.EXIT_ERROR, bad.stderr
+    assert "max_stepz" in bad.stderr
+    missing = _rcb("eval", "--pset", str(pset))
+    assert missing.returncode == _app.EXIT_ERROR
+    assert "agent" in missing.stderr
+
+
+def test_the_run_files_defaults_are_the_flags_defaults() -> None:
+    """A run file leaves out what it does not set: each option then has the value the flag
+    would have had."""
+    import click
+
+    from rcb_env.cli.eval import eval_cmd
+    from rcb_env.runner.spec import RunSpec
+
+    fields = RunSpec.model_fields
+    names = []
+    ctx = click.Context(eval_cmd)
+    for param in eval_cmd.params:
+        if param.name in (None, "config_file", "agent"):
+            continue
+        names.append(param.name)
+        default = param.get_default(ctx)
+        if not isinstance(default, str | int | float | bool | tuple | Path):
+            default = None  # click's marker for "no default"
+        if param.multiple:
+            default = tuple(default) if isinstance(default, tuple) else ()
+        assert param.name in fields, param.name
+        assert fields[param.name].default == default, (param.name, default)
+    assert set(names) | {"agent"} == set(fields)

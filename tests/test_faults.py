@@ -28,7 +28,7 @@ from rcb_env.results.records import final_records, read_records
 from rcb_env.runner.eval import EvalConfig, run_eval
 from rcb_env.sandbox import SandboxFactory
 from rcb_env.sandbox import docker as docker_sandbox
-from rcb_env.sandbox.base import ExecResult, Executor, Limits, SandboxConfig
+from rcb_env.sandbox.base import ExecResult, Executor, Limits, SandboxConfig, WarmGrading
 from rcb_env.sandbox.bwrap import BwrapExecutor
 from rcb_env.sandbox.cgroups import CGROUP_ROOT
 from rcb_env.task import Paper, bundled_root, load
@@ -67,6 +67,7 @@ class KillingExecutor:
         self.after_run = after_run
         self.runs = 0
         self.interpreter = getattr(inner, "interpreter", None)
+        self.warm: WarmGrading | None = None  # grades cold, through ``inner``
 
     def run(
         self,

@@ -68,3 +68,38 @@ def test_an_independent_import_graph_has_no_cycle_and_task_imports_nothing_above
         assert not graph.chain_exists(
             importer="rcb_env.task", imported=f"rcb_env.{above}", as_packages=True
         ), above
+
+
+def test_what_differs_between_backends_is_the_backends_own() -> None:
+    """No code outside a backend compares a backend's name or asks an executor's type: a
+    backend says what it brings (its interpreter, its environment key) and an executor what it
+    can do (warm grading, a capability)."""
+    import re
+    from pathlib import Path
+
+    import rcb_env
+    from rcb_env.sandbox import SandboxConfig, SandboxFactory
+    from rcb_env.sandbox.backend import backend_class, brings_interpreter
+    from rcb_env.task import bundled_root, load
+
+    root = Path(rcb_env.__file__).parent
+    pattern = re.compile(r"""backend\s*[!=]=\s*["']|isinstance\([^)]*WarmExecutor""")
+    found = [
+        f"{path.relative_to(root)}:{n}"
+        for path in sorted(root.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert found == [], found
+    assert brings_interpreter("docker")
+    assert not brings_interpreter("bwrap")
+    assert not brings_interpreter("auto")
+    assert backend_class("docker").brings_interpreter
+    factory = SandboxFactory(SandboxConfig(backend="local"))
+    try:
+        paper = load(bundled_root()).paper("adamw-warmup")
+        assert factory.impl.environment_key(paper) is None  # the host's task interpreter
+        executor = factory.grading_executor(paper)
+        assert executor.warm is None  # the local backend grades cold
+    finally:
+        factory.close()

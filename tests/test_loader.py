@@ -226,9 +226,44 @@ def test_unknown_paper_filter_is_reported(math_pset: Path) -> None:
     assert [f.paper for f in pset.failures] == ["nope"]
 
 
-def test_errors_are_task_load_errors() -> None:
-    for cls in (DuplicateSnippetError, MetadataError, MissingTaskFileError):
-        assert issubclass(cls, TaskLoadError)
+def test_every_load_failure_is_a_task_load_error_naming_its_file_and_line(tmp_path: Path) -> None:
+    """Each kind of broken paper, loaded beside a good one: the good one loads; each failure is
+    recorded as a TaskLoadError subclass whose message names the file (and the line, where the
+    problem has one)."""
+    from rcb_env import errors
+
+    crossed = MATH_CODE.replace('    # </paper2code name="total">\n', "")
+    no_test = math_files()
+    del no_test["paper2code_test.py"]
+    entries = [
+        write_paper(tmp_path, "crossed", math_files(code=crossed)),
+        write_paper(
+            tmp_path,
+            "duplicate",
+            math_files() | {"other.py": MATH_CODE},
+            annotated=["stats.py", "other.py"],
+        ),
+        write_paper(tmp_path, "notest", no_test),
+        {"id": "ghost", "annotated_file_paths": "x.py"},
+        write_paper(tmp_path, "good", math_files()),
+    ]
+    write_pset(tmp_path, entries)
+    pset = load(tmp_path)
+    assert [p.id for p in pset.papers] == ["good"]
+    found = {f.paper: f for f in pset.failures}
+    assert set(found) == {"crossed", "duplicate", "notest", "ghost"}
+    expected = {
+        "crossed": ("AnnotationError", "crossed/stats.py:11"),
+        "duplicate": (DuplicateSnippetError.__name__, "duplicate/other.py:5"),
+        "notest": (MissingTaskFileError.__name__, "notest/paper2code_test.py"),
+        "ghost": (MissingTaskFileError.__name__, "papers.yaml:"),
+    }
+    for paper, (kind, where) in expected.items():
+        failure = found[paper]
+        cls = getattr(errors, failure.error_type)
+        assert issubclass(cls, TaskLoadError), failure.error_type
+        assert failure.error_type == kind, failure
+        assert where in failure.message, failure.message
 
 
 def test_slugs_are_gymnasium_safe_and_unique(tmp_path: Path) -> None:

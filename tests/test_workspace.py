@@ -39,15 +39,39 @@ def test_template_has_masked_file_and_no_hidden_paths(tmp_path: Path) -> None:
 
 
 def test_bundled_templates_never_contain_references_or_tests(tmp_path: Path) -> None:
+    """Every snippet's workspace: no test file, no reference copy, no declared hidden path, and
+    none of the answer's distinctive lines (those not already in the masked file) in any file
+    of any kind."""
+    import os
+
+    from rcb_env.task.loader import is_hidden
+
     pset = load(bundled_root())
+    checked = 0
     for paper in pset.papers:
         for s in paper.snippets:
             t = build_template(paper, s, tmp_path / paper.slug / s.slug)
             names = set(walk_files(t))
-            assert not any(n.endswith("_ref.py") or n == "paper2code_test.py" for n in names)
-            assert s.reference_body not in "".join(
-                (t / n).read_text(errors="replace") for n in names if n.endswith(".py")
-            )
+            every = {
+                os.path.relpath(os.path.join(d, f), t)
+                for d, _dirs, files in os.walk(t)
+                for f in files
+            }
+            assert names <= every
+            assert not any(n.endswith("_ref.py") or n == "paper2code_test.py" for n in every)
+            assert not any(is_hidden(n, paper.hidden_patterns) for n in every), paper.id
+            assert not set(paper.hidden_paths) & every
+            text = "".join((t / n).read_text(errors="replace") for n in sorted(every))
+            masked = s.masked_text
+            answer = [
+                line.strip()
+                for line in s.reference_body.splitlines()
+                if len(line.strip()) >= 12 and line.strip() not in masked
+            ]
+            leaked = [line for line in answer if line in text]
+            assert leaked == [], (s.id, leaked)
+            checked += bool(answer)
+    assert checked >= 20  # most snippets have distinctive lines to look for
 
 
 def test_paths_are_confined_to_the_workspace(tmp_path: Path) -> None:

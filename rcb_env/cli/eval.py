@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 import click
 
-from rcb_env.agent import model_settings
 from rcb_env.cli._app import (
     EXIT_UNSCORED,
     _load,
     _print_failures,
     _progress,
-    _sandbox_config,
     _shown,
     base_option,
     cgroup_option,
@@ -28,19 +26,24 @@ from rcb_env.cli._app import (
     sandbox_option,
     snippet_option,
 )
-from rcb_env.episode.env import EnvConfig
-from rcb_env.grading.grader import GradingConfig
 from rcb_env.results.render import print_summary
-from rcb_env.runner import BudgetConfig, EvalConfig, new_run_dir, run_eval
+from rcb_env.results.summary import Summary
+from rcb_env.runner import new_run_dir, run_eval
 from rcb_env.runner.eval import runnable
-from rcb_env.sandbox import BackendName
-from rcb_env.tools.toolbox import Feedback
+from rcb_env.runner.spec import RunSpec
+from rcb_env.sandbox.backend import brings_interpreter
+from rcb_env.task.models import Pset
 
 
 @cli.command(name="eval")
 @click.option(
-    "--agent", required=True, help="oracle, null, single-shot, tools, or package.module:Class."
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A run file (YAML) with any of these options by name (max_wall: 600, pset: [...]); "
+    "a flag given on the command line overrides it.",
 )
+@click.option("--agent", help="oracle, null, single-shot, tools, or package.module:Class.")
 @pset_option
 @paper_option
 @snippet_option
@@ -93,90 +96,65 @@ from rcb_env.tools.toolbox import Feedback
 @click.option("--concurrency", default=4, show_default=True, help="Model requests in flight.")
 @click.option("--no-paper", is_flag=True, help="single-shot: leave the paper out (ablation).")
 @click.option("--logprobs", is_flag=True, help="Ask the server for token log-probabilities.")
-def eval_cmd(
-    agent: str,
-    pset: tuple[str, ...],
-    papers: tuple[str, ...],
-    snippets: tuple[str, ...],
-    jobs: int,
-    samples: int,
-    sandbox: BackendName,
-    cgroup_limits: str | None,
-    grading: str,
-    runs_dir: Path,
-    resume: Path | None,
-    infra_retries: int,
-    retry_delay: float,
-    max_steps: int,
-    max_wall: float,
-    test_feedback: Feedback,
-    paper_in_prompt: Literal["full", "outline"],
-    timeout: float | None,
-    base: str | None,
-    pool: int,
-    ray_address: str | None,
-    ray_warm: bool,
-    model: str | None,
-    base_url: str | None,
-    temperature: float | None,
-    max_tokens: int | None,
-    max_cost: float | None,
-    prices: Path | None,
-    cache: Path | None,
-    concurrency: int,
-    no_paper: bool,
-    logprobs: bool,
-) -> None:
-    """Run an agent on every snippet; records go to runs/<id>/episodes.jsonl."""
-    loaded = _load(pset, papers, snippets)
+def eval_cmd(config_file: Path | None, **flags: Any) -> None:
+    """Run an agent on every snippet; records go to runs/<id>/episodes.jsonl. The options can
+    also come from a run file (--config run.yaml: the same names; a flag given here wins)."""
+    spec = _spec(config_file, flags)
+    loaded = _selection(spec)
+    run_dir = spec.resume if spec.resume is not None else new_run_dir(spec.runs_dir)
+    summary = _run(spec, loaded, run_dir)
+    _report(summary, run_dir)
+
+
+def _spec(config_file: Path | None, flags: dict[str, Any]) -> RunSpec:
+    """The run as one model: the run file's values, then the flags given on the command line
+    (without a file: every flag, defaults included)."""
+    if config_file is None:
+        return RunSpec.build(flags)
+    ctx = click.get_current_context()
+    given = {
+        name: value
+        for name, value in flags.items()
+        if ctx.get_parameter_source(name)
+        in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+    }
+    return RunSpec.load(config_file, given)
+
+
+def _selection(spec: RunSpec) -> Pset:
+    """The snippets to run, with what loading and this installation left out said first (the
+    run records why too)."""
+    loaded = _load(spec.pset, spec.papers, spec.snippets)
     _print_failures(loaded)
-    # (run_eval leaves them out and records why; said here before the run starts)
-    for u in runnable(loaded, interpreter_given=sandbox == "docker")[1].unavailable:
+    for u in runnable(loaded, interpreter_given=brings_interpreter(spec.sandbox))[1].unavailable:
         what = f"{u.paper}/{u.snippet}" if u.snippet else u.paper
         err.print(f"left out {what}: {u.reason}", highlight=False, soft_wrap=True)
-    model_cfg = None
-    if model is not None:
-        model_cfg = model_settings(
-            {
-                "spec": model,
-                "base_url": base_url,
-                "temperature": temperature,
-                "concurrency": concurrency,
-                "cache_dir": cache,
-                "prices": prices,
-                "logprobs": logprobs,
-            }
-        )
-    cfg = EvalConfig(
-        agent=agent,
-        model=model_cfg,
-        with_paper=not no_paper,
-        samples=samples,
-        env=EnvConfig(test_feedback=test_feedback, paper_in_prompt=paper_in_prompt),
-        sandbox=_sandbox_config(sandbox, base, pool, cgroup_limits, grading),
-        grading=GradingConfig() if timeout is None else GradingConfig(timeout_s=timeout),
-        budgets=BudgetConfig(
-            max_steps=max_steps, max_wall_s=max_wall, max_tokens=max_tokens, max_cost=max_cost
-        ),
-    )
-    run_dir = resume if resume is not None else new_run_dir(runs_dir)
+    return loaded
+
+
+def _run(spec: RunSpec, loaded: Pset, run_dir: Path) -> Summary:
+    """The episodes, with a progress bar."""
     with _progress("episodes") as progress:
         bar = progress.add_task("", total=None)
-        summary = run_eval(
+        return run_eval(
             loaded,
-            cfg,
+            spec.eval_config(),
             run_dir,
-            jobs=jobs,
-            resume=resume is not None,
+            jobs=spec.jobs,
+            resume=spec.resume is not None,
             on_plan=lambda n: progress.update(bar, total=n),
             on_episode=lambda r: progress.update(
                 bar, advance=1, description=f"{r.snippet_id}: {'pass' if r.passed else r.status}"
             ),
-            infra_retries=infra_retries,
-            retry_delay_s=retry_delay,
-            ray_address=ray_address,
-            ray_warm=ray_warm,
+            infra_retries=spec.infra_retries,
+            retry_delay_s=spec.retry_delay,
+            ray_address=spec.ray_address,
+            ray_warm=spec.ray_warm,
         )
+
+
+def _report(summary: Summary, run_dir: Path) -> None:
+    """The rates, where the records are, and how to finish what could not be scored."""
     print_summary(out, summary, _shown(run_dir))
     out.print(f"records: {_shown(run_dir / 'episodes.jsonl')}")
     if summary.infra_errors:

@@ -41,9 +41,9 @@ from rcb_env.grading.verdict import classify
 from rcb_env.logs import get_logger
 from rcb_env.sandbox import _keyrings as keyrings_module
 from rcb_env.sandbox import scratch as scratch_dirs
-from rcb_env.sandbox.base import HOST_OWNED, Executor
+from rcb_env.sandbox.base import HOST_OWNED, Executor, WarmGrading
 from rcb_env.sandbox.local import LocalExecutor
-from rcb_env.sandbox.warm import WarmExecutor, WarmUnavailable
+from rcb_env.sandbox.warm import WarmUnavailable
 from rcb_env.task.models import Paper, Snippet
 from rcb_env.task.source import source_for
 
@@ -227,12 +227,12 @@ class Grader:
         """Start ``paper``'s warm process now (meant for a background thread while other
         gradings run), so that its first grading does not wait for the imports. True if one is
         live; a failure is quiet here and decided when the paper is graded."""
-        executor = self.executor
-        if not isinstance(executor, WarmExecutor):
+        warm = self.executor.warm
+        if warm is None:
             return False
         try:
             python = self.python or envs.python_for(paper)
-            executor.area(self._base_env(paper, python), str(python))
+            warm.area(self._base_env(paper, python), str(python))
         except (SandboxError, OSError):
             return False
         return True
@@ -299,33 +299,33 @@ class Grader:
     def _run(self, paper: Paper, snippet: Snippet, body: str) -> GradeResult:
         """One run: in the paper's warm process when the executor has one, else (or when it
         gives up before deciding anything) cold, in a fresh copy."""
-        executor = self.executor
-        if not isinstance(executor, WarmExecutor):
-            return self._run_in(executor, paper, snippet, body)
+        warm = self.executor.warm
+        if warm is None:
+            return self._run_in(self.executor, None, paper, snippet, body)
         try:
-            return self._run_in(executor, paper, snippet, body)
+            return self._run_in(warm.cold, warm, paper, snippet, body)
         except WarmUnavailable as exc:
             log.info("grading cold: the warm path is unavailable", snippet=snippet.id, why=str(exc))
-            result = self._run_in(executor.cold, paper, snippet, body)
+            result = self._run_in(warm.cold, None, paper, snippet, body)
             return result.model_copy(update={"grading_path": f"cold: {exc}"})
 
-    def _claim_probe(self, executor: WarmExecutor, paper: Paper) -> bool:
+    def _claim_probe(self, warm: WarmGrading, paper: Paper) -> bool:
         """Is the caller to make the next run of ``paper`` the probe of its (new) warm process?"""
         try:
             python = self.python or envs.python_for(paper)
-            return executor.claim_probe(self._base_env(paper, python), str(python))
+            return warm.claim_probe(self._base_env(paper, python), str(python))
         except SandboxError:
             return False  # no warm process: the run itself goes cold
 
-    def _probe(self, executor: WarmExecutor, paper: Paper, snippet: Snippet) -> None:
+    def _probe(self, warm: WarmGrading, paper: Paper, snippet: Snippet) -> None:
         """A new warm process first grades the pristine paper, then imports what that run
         imported (lazy imports would otherwise cost every run). Its verdict is the paper's
         health, remembered as :meth:`pristine_health` would."""
-        if not self._claim_probe(executor, paper):
+        if not self._claim_probe(warm, paper):
             return
         first = self.health_snippet(paper, snippet)
         with contextlib.suppress(WarmUnavailable):
-            self._run_in(executor, paper, first, first.reference_body, probe=True)
+            self._run_in(warm.cold, warm, paper, first, first.reference_body, probe=True)
 
     def _remember_health(self, paper: Paper, snippet: Snippet, result: GradeResult) -> None:
         """A run of the pristine paper (``snippet``'s reference) is its test file's health."""
@@ -338,18 +338,21 @@ class Grader:
     def _run_in(
         self,
         executor: Executor,
+        warm: WarmGrading | None,
         paper: Paper,
         snippet: Snippet,
         body: str,
         *,
         probe: bool = False,
     ) -> GradeResult:
-        if isinstance(executor, WarmExecutor) and not probe:
-            if body == snippet.reference_body and self._claim_probe(executor, paper):
+        """One run in a fresh copy: warm when ``warm`` is given (it may raise
+        :class:`WarmUnavailable`), else cold with ``executor``."""
+        if warm is not None and not probe:
+            if body == snippet.reference_body and self._claim_probe(warm, paper):
                 # This run is of the pristine paper: it is the probe itself (no extra run).
                 probe = True
             else:
-                self._probe(executor, paper, snippet)
+                self._probe(warm, paper, snippet)
         source = source_for(paper)
         expected = self.expected(paper, snippet)
         test_file = source.test_file(paper, snippet)
@@ -359,12 +362,12 @@ class Grader:
         except SandboxError as exc:
             return _sandbox_failure(snippet, exc)
         parent = self.scratch
-        if isinstance(executor, WarmExecutor):
+        if warm is not None:
             # Where its warm process sees the copy; raises WarmUnavailable (grade cold).
-            parent = executor.area(self._base_env(paper, python), str(python))
+            parent = warm.area(self._base_env(paper, python), str(python))
 
         def unprepared(exc: OSError) -> Exception:
-            if isinstance(executor, WarmExecutor) and not parent.is_dir():
+            if warm is not None and not parent.is_dir():
                 # Its warm process ended (and its area went) meanwhile: grade cold.
                 return WarmUnavailable(f"the warm process's area went away: {exc}")
             return GradingError(f"cannot prepare a grading copy of {paper.id}: {exc}")
@@ -410,11 +413,7 @@ class Grader:
             ]
             try:
                 env = {**self._env(workdir, python), **envs.task_env(paper)}
-                run_fn = (
-                    partial(executor.run, probe=probe)
-                    if isinstance(executor, WarmExecutor)
-                    else executor.run
-                )
+                run_fn = partial(warm.run, probe=probe) if warm is not None else executor.run
                 run = run_fn(
                     argv,
                     cwd=folder,

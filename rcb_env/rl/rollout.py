@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
@@ -94,11 +95,12 @@ class AsyncRcbEnv:
 
         def work() -> None:
             try:
-                value = fn()
+                value, error = fn(), None
             except BaseException as exc:  # handed to the awaiting coroutine
-                loop.call_soon_threadsafe(_settle, done, None, exc)
-            else:
-                loop.call_soon_threadsafe(_settle, done, value, None)
+                value, error = None, exc
+            # (a loop closed meanwhile, its caller gone: nobody is left to tell)
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, done, value, error)
 
         threading.Thread(target=work, name="rcb-rollout", daemon=True).start()
         return await done

@@ -171,6 +171,38 @@ def run_eval(
     Raises:
         ConfigError: resuming with a different agent, configuration or task set.
     """
+    # The agent is resolved first: a name that does not resolve is an error before anything of
+    # a run exists on the disk.
+    new_agent = make_agent or make_agent_factory(cfg, pset)
+    pset, run_id = _open_run(pset, cfg, run_dir, resume=resume, only_ready=only_ready)
+    todo = _pending(pset, cfg, run_dir / RECORDS)
+    if on_plan is not None:
+        on_plan(len(todo))
+    episodes = _Episodes(
+        pset, cfg, run_dir, run_id, jobs=jobs, on_episode=on_episode, new_agent=new_agent,
+        ray_address=ray_address, ray_warm=ray_warm, planned=todo,
+    )  # fmt: skip
+    try:
+        _run_rounds(episodes, todo, infra_retries, retry_delay_s, on_plan, run_id)
+    finally:
+        episodes.close()
+    return summarize_run(run_dir)
+
+
+Item = tuple[Paper, Snippet, int]
+"""One episode of a run: its paper, its snippet, its sample number."""
+
+
+def _open_run(
+    pset: Pset, cfg: EvalConfig, run_dir: Path, *, resume: bool, only_ready: bool
+) -> tuple[Pset, str]:
+    """The selection that runs here and the run's id: a new run's manifest written, or a
+    resumed run's checked against this configuration and task set.
+
+    Raises:
+        ConfigError: resuming with a different agent, configuration or task set; or a new run
+            in a folder that holds one.
+    """
     if only_ready:
         pset, totals = runnable(pset, interpreter_given=_brings_interpreter(cfg))
     else:
@@ -186,92 +218,132 @@ def run_eval(
                     f"cannot resume {run_dir}: its {key.replace('_', ' ')} differs from this "
                     "command's (same agent, settings and tasks are required)"
                 )
-        run_id = old["run_id"]
-    else:
-        if manifest_path.exists() and not resume:
-            raise ConfigError(f"{run_dir} already holds a run; pass --resume to continue it")
-        run_id = run_dir.name
-        write_json_atomic(manifest_path, _manifest(run_id, cfg, pset, totals))
+        return pset, str(old["run_id"])
+    if manifest_path.exists() and not resume:
+        raise ConfigError(f"{run_dir} already holds a run; pass --resume to continue it")
+    write_json_atomic(manifest_path, _manifest(run_dir.name, cfg, pset, totals))
+    return pset, run_dir.name
 
-    records_path = run_dir / RECORDS
+
+def _pending(pset: Pset, cfg: EvalConfig, records_path: Path) -> list[Item]:
+    """The episodes without a final record that counts (missing, or an infrastructure error)."""
     done = {
         key
         for key, r in final_records(read_records(records_path)).items()
         if r.status != "infra_error"
     }
-    todo = [
+    return [
         (p, s, k)
         for k in range(cfg.samples)
         for p in pset.papers
         for s in p.snippets
         if (s.id, k) not in done
     ]
-    if on_plan is not None:
-        on_plan(len(todo))
-    writer = RecordLog(records_path).open()
-    failed: list[tuple[Paper, Snippet, int]] = []  # infrastructure errors of the last round
 
-    def keep(record: EpisodeRecord, item: tuple[Paper, Snippet, int]) -> None:
-        writer.append(record)
-        if record.status == "infra_error":
-            failed.append(item)
-        if on_episode is not None:
-            on_episode(record)
 
-    dispatcher: Any = None
-    factory: SandboxFactory | None = None
-    prewarmer: Prewarmer | None = None
-    if ray_address is not None:
-        from rcb_env.runner.ray_runner import WATCHDOG_MARGIN_S, RayDispatcher
+class _Episodes:
+    """Where a run's episodes run (here, ``jobs`` at a time, or on Ray) and where their records
+    go: every record appended as it comes, the infrastructure failures of the last round kept
+    for the next."""
 
-        # The driver's watchdog: a sample may take its wall budget, its grading and a margin.
-        per_sample = (cfg.budgets.max_wall_s or 1800.0) + cfg.grading.timeout_s + WATCHDOG_MARGIN_S
-        dispatcher = RayDispatcher(ray_address, jobs=jobs, deadline_s=per_sample, warm=ray_warm)
-    else:
-        new_agent = make_agent or make_agent_factory(cfg, pset)
-        factory = SandboxFactory(cfg.sandbox)
-        prewarmer = Prewarmer(factory.grading_executor, cfg.grading, [p for p, _, _ in todo])
-    try:
+    def __init__(
+        self,
+        pset: Pset,
+        cfg: EvalConfig,
+        run_dir: Path,
+        run_id: str,
+        *,
+        jobs: int,
+        on_episode: Callable[[EpisodeRecord], None] | None,
+        new_agent: AgentFactory,
+        ray_address: str | None,
+        ray_warm: bool,
+        planned: list[Item],
+    ) -> None:
+        self.pset, self.cfg, self.run_id, self.jobs = pset, cfg, run_id, jobs
+        self.on_episode = on_episode
+        self.failed: list[Item] = []
+        self.writer = RecordLog(run_dir / RECORDS).open()
+        self.dispatcher: Any = None
+        self.factory: SandboxFactory | None = None
+        self.prewarmer: Prewarmer | None = None
+        if ray_address is not None:
+            from rcb_env.runner.ray_runner import WATCHDOG_MARGIN_S, RayDispatcher
 
-        def work(item: tuple[Paper, Snippet, int]) -> None:
-            paper, snippet, sample = item
-            assert factory is not None
-            if prewarmer is not None:
-                prewarmer.starting(paper)
-            keep(run_episode(paper, snippet, sample, new_agent(), cfg, factory, run_id), item)
-
-        def run_all(items: list[tuple[Paper, Snippet, int]]) -> None:
-            if dispatcher is not None:
-                _run_on_ray(dispatcher, items, pset, cfg, run_id, keep)
-                return
-            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-                for future in [pool.submit(work, item) for item in items]:
-                    future.result()
-
-        run_all(todo)
-        planned = len(todo)
-        for round_ in range(1, infra_retries + 1):
-            if not failed:
-                break
-            again = list(failed)
-            failed.clear()
-            planned += len(again)
-            if on_plan is not None:
-                on_plan(planned)
-            log.warning(
-                "retrying infrastructure failures", run_id=run_id, round=round_, episodes=len(again)
+            # The driver's watchdog: a sample may take its wall budget, its grading, a margin.
+            per_sample = (
+                (cfg.budgets.max_wall_s or 1800.0) + cfg.grading.timeout_s + WATCHDOG_MARGIN_S
             )
-            time.sleep(retry_delay_s * round_)
-            run_all(again)
-    finally:
-        writer.close()
-        if prewarmer is not None:
-            prewarmer.close()
-        if factory is not None:
-            factory.close()
-        if dispatcher is not None:
-            dispatcher.close()
-    return summarize_run(run_dir)
+            self.dispatcher = RayDispatcher(
+                ray_address, jobs=jobs, deadline_s=per_sample, warm=ray_warm
+            )
+        else:
+            self.new_agent = new_agent
+            self.factory = SandboxFactory(cfg.sandbox)
+            self.prewarmer = Prewarmer(
+                self.factory.grading_executor, cfg.grading, [p for p, _, _ in planned]
+            )
+
+    def keep(self, record: EpisodeRecord, item: Item) -> None:
+        self.writer.append(record)
+        if record.status == "infra_error":
+            self.failed.append(item)
+        if self.on_episode is not None:
+            self.on_episode(record)
+
+    def run(self, items: list[Item]) -> None:
+        if self.dispatcher is not None:
+            _run_on_ray(self.dispatcher, items, self.pset, self.cfg, self.run_id, self.keep)
+            return
+        with ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
+            for future in [pool.submit(self._one, item) for item in items]:
+                future.result()
+
+    def _one(self, item: Item) -> None:
+        paper, snippet, sample = item
+        assert self.factory is not None
+        if self.prewarmer is not None:
+            self.prewarmer.starting(paper)
+        record = run_episode(
+            paper, snippet, sample, self.new_agent(), self.cfg, self.factory, self.run_id
+        )
+        self.keep(record, item)
+
+    def close(self) -> None:
+        self.writer.close()
+        if self.prewarmer is not None:
+            self.prewarmer.close()
+        if self.factory is not None:
+            self.factory.close()
+        if self.dispatcher is not None:
+            self.dispatcher.close()
+
+
+def _run_rounds(
+    episodes: _Episodes,
+    todo: list[Item],
+    infra_retries: int,
+    retry_delay_s: float,
+    on_plan: Callable[[int], None] | None,
+    run_id: str,
+) -> None:
+    """``todo``, then up to ``infra_retries`` rounds of what failed for infrastructure reasons,
+    ``retry_delay_s`` x round apart."""
+    episodes.run(todo)
+    planned = len(todo)
+    for round_ in range(1, infra_retries + 1):
+        if not episodes.failed:
+            break
+        again = list(episodes.failed)
+        episodes.failed.clear()
+        planned += len(again)
+        if on_plan is not None:
+            on_plan(planned)
+        log.warning(
+            "retrying infrastructure failures", run_id=run_id, round=round_, episodes=len(again)
+        )
+        time.sleep(retry_delay_s * round_)
+        episodes.run(again)
 
 
 def _run_on_ray(
@@ -280,7 +352,7 @@ def _run_on_ray(
     pset: Pset,
     cfg: EvalConfig,
     run_id: str,
-    keep: Callable[[EpisodeRecord, tuple[Paper, Snippet, int]], None],
+    keep: Callable[[EpisodeRecord, Item], None],
 ) -> None:
     """``items`` as one Ray task per snippet (its pending samples); records kept as they come."""
     from rcb_env.catalog import BENCHMARKS as BENCHMARK_NAMES

@@ -42,6 +42,9 @@ class Backend(ABC):
     """May ``--sandbox auto`` pick it when it probes fine (bwrap does)."""
     options_model: ClassVar[type[BaseModel]] = NoOptions
     """The backend's own settings, validated from ``SandboxConfig.options``."""
+    brings_interpreter: ClassVar[bool] = False
+    """Its sandboxes run their own interpreter (a container image's): no task environment of
+    the host is needed (docker)."""
 
     def __init__(self, config: SandboxConfig, scratch: Path) -> None:
         self.config = config
@@ -81,6 +84,11 @@ class Backend(ABC):
         """A client of the engine behind the backend, if it has one (docker); else None."""
         return None
 
+    def environment_key(self, paper: Paper) -> str | None:
+        """What ``paper``'s sandboxes share read-only with other papers' when it is not the
+        host's task interpreter (docker: the paper's image); None: that interpreter."""
+        return None
+
     def sandbox_uids(self) -> set[int]:
         """Host uids that the backend's sandboxed processes run as (leftover checks)."""
         return set()
@@ -113,6 +121,13 @@ def register_backend(cls: B) -> B:
     _registry.register(cls.name, cls)
     scratch_dirs.register_prefix(f"rcb-{cls.name}-")
     return cls
+
+
+def brings_interpreter(name: str) -> bool:
+    """Does the backend ``name`` run its own interpreter, so that no task environment of the
+    host is needed? (``auto`` picks only backends that may run implicitly, which use the
+    host's task interpreter.)"""
+    return name != "auto" and backend_class(name).brings_interpreter
 
 
 def backend_names() -> list[str]:

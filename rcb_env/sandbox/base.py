@@ -40,6 +40,9 @@ class Executor(Protocol):
     interpreter: str | None
     """The Python that runs inside this executor's sandbox (a container image's own), or None
     for the task interpreter of the host (bound into the sandbox)."""
+    warm: WarmGrading | None
+    """Its warm grading (a capability: :mod:`rcb_env.sandbox.warm`), or None: it runs every
+    command cold."""
 
     def run(
         self,
@@ -57,6 +60,38 @@ class Executor(Protocol):
         Raises:
             SandboxError: the command could not be started at all.
         """
+        ...
+
+
+class WarmGrading(Protocol):
+    """An executor's warm grading: runs forked from a long-lived process of the paper's
+    environment (:class:`rcb_env.sandbox.warm.WarmExecutor`). Every method may raise
+    :class:`rcb_env.sandbox.warm.WarmUnavailable`: grade cold then, with :attr:`cold`."""
+
+    cold: Executor
+    """The executor to grade with when the warm path is unavailable."""
+
+    def area(self, env: Mapping[str, str], python: str) -> Path:
+        """Where a grading copy for a run with ``env`` under ``python`` must be made."""
+        ...
+
+    def claim_probe(self, env: Mapping[str, str], python: str) -> bool:
+        """Is the caller to make the next run the probe of a new warm process?"""
+        ...
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        timeout_s: float,
+        needles: tuple[str, ...] = (),
+        writable: Path | None = None,
+        probe: bool = False,
+    ) -> ExecResult:
+        """One run, as :meth:`Executor.run`; ``probe``: a run of the pristine paper whose
+        imports the warm process then adds."""
         ...
 
 

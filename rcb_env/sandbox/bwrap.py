@@ -23,7 +23,15 @@ from rcb_env import envs
 from rcb_env.errors import SandboxError
 from rcb_env.sandbox import _keyrings, cgroups
 from rcb_env.sandbox.backend import Backend
-from rcb_env.sandbox.base import ExecResult, Executor, Limits, Sandbox, SandboxConfig, chown_tree
+from rcb_env.sandbox.base import (
+    ExecResult,
+    Executor,
+    Limits,
+    Sandbox,
+    SandboxConfig,
+    WarmGrading,
+    chown_tree,
+)
 from rcb_env.sandbox.cgroups import Cgroup, with_oom
 from rcb_env.sandbox.local import LocalExecutor
 from rcb_env.sandbox.session import ShellSession
@@ -169,6 +177,7 @@ class BwrapExecutor:
     """One-shot commands under the same profile (used for grading runs)."""
 
     interpreter: str | None = None
+    warm: WarmGrading | None = None
 
     def __init__(self, config: SandboxConfig, scratch: Path) -> None:
         self.config = config

@@ -21,7 +21,14 @@ from typing import Any
 from rcb_env._common import truncate
 from rcb_env.errors import SandboxError
 from rcb_env.sandbox.backend import Backend
-from rcb_env.sandbox.base import ExecResult, Executor, Sandbox, SandboxConfig, chown_tree
+from rcb_env.sandbox.base import (
+    ExecResult,
+    Executor,
+    Sandbox,
+    SandboxConfig,
+    WarmGrading,
+    chown_tree,
+)
 from rcb_env.sandbox.docker_engine import (
     GID,
     INTERPRETER,
@@ -135,6 +142,7 @@ class DockerExecutor:
     """One-shot commands (grading) in a fresh container from the paper's image."""
 
     interpreter: str | None = INTERPRETER
+    warm: WarmGrading | None = None
 
     def __init__(self, image: str, config: SandboxConfig, docker: Any = None) -> None:
         self.image = image
@@ -339,6 +347,7 @@ class DockerBackend(Backend):
     """A container per episode from the paper's image."""
 
     name = "docker"
+    brings_interpreter = True
 
     def __init__(self, config: SandboxConfig, scratch: Path) -> None:
         super().__init__(config, scratch)
@@ -355,6 +364,9 @@ class DockerBackend(Backend):
     @property
     def engine(self) -> Any:
         return self._docker
+
+    def environment_key(self, paper: Paper) -> str | None:
+        return self.image(paper)
 
     def image(self, paper: Paper) -> str:
         """The paper's image tag, which must have been built.

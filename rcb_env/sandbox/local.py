@@ -13,7 +13,7 @@ from pathlib import Path
 from rcb_env.errors import SandboxError
 from rcb_env.sandbox._io import kill_group, read_capped
 from rcb_env.sandbox.backend import Backend
-from rcb_env.sandbox.base import ExecResult, Executor, Sandbox, SandboxConfig
+from rcb_env.sandbox.base import ExecResult, Executor, Sandbox, SandboxConfig, WarmGrading
 from rcb_env.sandbox.session import ShellSession
 from rcb_env.task.models import Paper
 
@@ -22,6 +22,7 @@ class LocalExecutor:
     """Runs commands as plain child processes of this one, in their own session."""
 
     interpreter: str | None = None
+    warm: WarmGrading | None = None
 
     def __init__(self, *, output_limit: int = 20_000, scratch: Path | None = None) -> None:
         self.output_limit = output_limit

@@ -114,8 +114,9 @@ def _scan(
 
 def _environment_key(factory: SandboxFactory, paper: Paper) -> str:
     """What a paper's sandboxes share read-only with other papers' (an interpreter, an image)."""
-    if factory.backend == "docker":
-        return factory.image(paper)
+    own = factory.impl.environment_key(paper)
+    if own is not None:
+        return own
     if factory.config.python is not None:
         return str(factory.config.python)
     return str(envs.python_for(paper))

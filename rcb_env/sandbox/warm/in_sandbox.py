@@ -1,13 +1,13 @@
 """rcb-env's warm grading process. Runs INSIDE the task interpreter and sandbox, so it imports only
 the standard library and keeps to syntax older Pythons accept.
 
-Usage: ``python _warm.py CONFIG_JSON`` (CONFIG_JSON: a file with ``modules``, the third-party
+Usage: ``python in_sandbox.py CONFIG_JSON`` (CONFIG_JSON: a file with ``modules``, the third-party
 modules to import once, ``area``, the folder where every grading copy lies, and ``stage``, an
 empty folder of the sandbox).
 
 It imports the modules, checks that forking is safe afterwards (no other thread but fork-safe
 ones, no CUDA context), and then serves gradings over its standard input and output (JSON lines;
-see :mod:`rcb_env.sandbox.warm` for the host's side):
+see :mod:`rcb_env.sandbox.warm.host` for the host's side):
 
 - out ``{"event": "ready", "pid": P, "imported": [...], "failed": {...}}``, or
   ``{"event": "unsafe", "why": "..."}`` and it exits;

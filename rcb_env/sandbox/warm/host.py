@@ -1,6 +1,6 @@
 """Warm grading: per paper and task environment, a long-lived process in the paper's sandbox that
 has imported the heavy third-party modules its tests use, from which each grading starts in its
-own namespaces (:mod:`rcb_env.sandbox._warm` is that process; this is the host's side).
+own namespaces (:mod:`rcb_env.sandbox.warm.in_sandbox` is that process; this is the host's side).
 
 - Which modules: everything the test files and the annotated files import
   (:func:`preload_modules`), minus any name the paper itself defines (a local ``models.py``
@@ -39,14 +39,14 @@ from rcb_env.errors import SandboxError
 from rcb_env.logs import get_logger
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox._io import read_capped
-from rcb_env.sandbox.base import ExecResult, Executor
+from rcb_env.sandbox.base import ExecResult, Executor, WarmGrading
 from rcb_env.task.models import Paper
 from rcb_env.task.source import source_for
 from rcb_env.untrusted import open_beneath, read_beneath
 
 log = get_logger(__name__)
 
-SOURCE = Path(__file__).with_name("_warm.py")
+SOURCE = Path(__file__).with_name("in_sandbox.py")
 #: A warm process that failed to start (or died) this often for one key is not tried again.
 MAX_STARTS = 3
 #: Per-run variables; everything else of the environment is the warm process's own.
@@ -220,7 +220,7 @@ class WarmProcess:
         config = {"modules": list(self.modules), "area": str(self.area), "stage": STAGE}
         (self.control / "config.json").write_text(json.dumps(config))
         # Room in the process's own command line and environment for a run's (see
-        # _warm._rewrite_process_strings).
+        # in_sandbox._rewrite_process_strings).
         own_env = {**env, "HOME": "/tmp", "TMPDIR": "/tmp", "RCB_WARM_ROOM": "." * _ROOM}
         try:
             self._launch = launcher.warm_command(
@@ -745,6 +745,7 @@ class WarmExecutor:
         self.modules = tuple(modules)
         self.output_limit = output_limit
         self.interpreter: str | None = cold.interpreter
+        self.warm: WarmGrading | None = self
         self.image = getattr(cold, "image", "")
         self.path = "warm"
         """``warm``, or ``cold: <why>`` once the warm process turned out unusable."""

@@ -1,0 +1,45 @@
+"""Warm grading, in one home, a module per side of the fork.
+
+- :mod:`rcb_env.sandbox.warm.host` runs in rcb-env's own process: it starts a warm process in a
+  paper's sandbox, pools them, and runs each grading through one (:class:`WarmExecutor`, the
+  executors' warm capability).
+- :mod:`rcb_env.sandbox.warm.in_sandbox` runs inside the sandbox under the task's interpreter
+  (standard library only): the warm process itself, and each run forked from it into namespaces
+  of its own.
+"""
+
+from rcb_env.sandbox.warm.host import (
+    MAX_STARTS,
+    MODULES_FILE,
+    SOURCE,
+    STAGE,
+    Launcher,
+    RunGroup,
+    WarmExecutor,
+    WarmLaunch,
+    WarmPool,
+    WarmProcess,
+    WarmUnavailable,
+    _children,
+    _host_pid,
+    modules_for,
+    preload_modules,
+)
+
+__all__ = [
+    "MAX_STARTS",
+    "MODULES_FILE",
+    "SOURCE",
+    "STAGE",
+    "Launcher",
+    "RunGroup",
+    "WarmExecutor",
+    "WarmLaunch",
+    "WarmPool",
+    "WarmProcess",
+    "WarmUnavailable",
+    "_children",
+    "_host_pid",
+    "modules_for",
+    "preload_modules",
+]
