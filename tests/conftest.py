@@ -227,7 +227,7 @@ def _tree_state() -> set[str] | None:
         return None
     entries = set()
     for line in run.stdout.splitlines():
-        path = line[3:]
+        path = line[3:].strip('"')  # git quotes a path with spaces
         if path.startswith(_CACHES) or "__pycache__/" in path or path.endswith(".pyc"):
             continue
         entries.add(line)

@@ -115,3 +115,27 @@ def test_the_taskset_yields_every_runnable_snippet_keyed_by_id() -> None:
     assert [t.key for t in tasks] == [s.id for s in snippets]
     assert [t.data.weight for t in tasks] == [s.weight for s in snippets]
     assert [t.data.idx for t in tasks] == list(range(len(snippets)))
+
+
+def test_an_unstartable_sandbox_is_a_failed_verifiers_episode_never_a_zero(
+    offline_harness: None, tmp_path: Path
+) -> None:
+    """Through verifiers' own eval path, on a backend (registered here) whose sandboxes cannot
+    be created: verifiers gets a failed episode with an error and no reward (never a 0), and
+    the record is an infrastructure one."""
+    from rcb_env.sandbox.backend import register_backend
+    from tests.test_driver import _Unstartable
+
+    register_backend(_Unstartable)
+    snippet = load(bundled_root()).paper(TARGET[0]).snippet(TARGET[1])
+    with ScriptedModelServer([Reply(tool_calls=(("rcb_submit", {}),)), Reply(text="done")]) as s:
+        episodes = _eval(s.openai_url, tmp_path, tmp_path / "records", snippets=[snippet.id],
+                         sandbox=_Unstartable.name)  # fmt: skip
+    (episode,) = episodes
+    assert not episode.ok  # verifiers' failed episode: retried or left out, never scored 0
+    assert any("could not be scored" in e.message for e in episode.errors), episode.errors
+    assert not any("rcb_reward" in t.rewards for t in getattr(episode, "traces", []))
+    (record,) = read_records(tmp_path / "records" / "episodes.jsonl")
+    assert record.status == "infra_error"
+    assert record.infra_error is not None
+    assert record.infra_error.stage == "sandbox"
