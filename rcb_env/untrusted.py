@@ -23,7 +23,7 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-__all__ = ["NotARegularFile", "TooLarge", "open_beneath", "read_beneath"]
+__all__ = ["NotARegularFile", "TooLarge", "kind_of", "open_beneath", "read_beneath"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -38,7 +38,8 @@ class TooLarge(OSError):
     """The file holds more than the reader's limit."""
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """What a file of ``mode`` is, in words (``a FIFO``, ``a symbolic link``...)."""
     for test, name in (
         (stat.S_ISLNK, "a symbolic link"),
         (stat.S_ISFIFO, "a FIFO"),
@@ -83,7 +84,7 @@ def open_beneath(base: Path, relative: str | os.PathLike[str]) -> IO[bytes]:
     try:
         mode = os.fstat(handle).st_mode
         if not stat.S_ISREG(mode):
-            raise NotARegularFile(f"{relative} is {_kind(mode)}, not a regular file")
+            raise NotARegularFile(f"{relative} is {kind_of(mode)}, not a regular file")
         # Through the O_PATH handle: the very inode just checked, whatever the path says now.
         fd = os.open(f"/proc/self/fd/{handle}", _READ_FLAGS)
     finally:

@@ -143,10 +143,26 @@ class RolloutConfig(Frozen):
     grading: GradingConfig = GradingConfig()
     policy_version: str | None = None
 
-    def budgets(self) -> BudgetConfig:
-        """The driver's budgets of an attempt: its wall time (model turns are the policy
-        agent's own limit, tool calls are not limited)."""
-        return BudgetConfig(max_steps=None, max_wall_s=self.max_wall_s)
+    def episode(
+        self,
+        paper: Paper,
+        snippet: Snippet,
+        factory: SandboxFactory,
+        episode_id: str,
+        environment: RcbEnv | None = None,
+    ) -> Episode:
+        """An attempt's episode on the driver. Its budget is the attempt's wall time: model
+        turns are the policy agent's own limit, and tool calls are not limited."""
+        return Episode(
+            paper,
+            snippet,
+            factory=factory,
+            env=self.env,
+            grading=self.grading,
+            budgets=BudgetConfig(max_steps=None, max_wall_s=self.max_wall_s),
+            episode_id=episode_id,
+            environment=environment,
+        )
 
 
 class _Attempt(Frozen):
@@ -368,18 +384,7 @@ async def rollout(
                 env = await env_maker(episode_id)
             else:
                 assert fac is not None
-                env = AsyncRcbEnv(
-                    Episode(
-                        paper,
-                        snippet,
-                        factory=fac,
-                        env=cfg.env,
-                        grading=cfg.grading,
-                        budgets=cfg.budgets(),
-                        episode_id=episode_id,
-                    ),
-                    executor,
-                )
+                env = AsyncRcbEnv(cfg.episode(paper, snippet, fac, episode_id), executor)
             try:
                 attempt = await _attempt(env, policy, cfg, tools)
             finally:
@@ -510,19 +515,7 @@ async def rollout_group(
 
             async def checked(episode_id: str) -> AsyncRcbEnv:
                 # Each sample starts from a reset of the one sandbox: check it is pristine.
-                env = AsyncRcbEnv(
-                    Episode(
-                        paper,
-                        snippet,
-                        factory=fac,
-                        env=cfg.env,
-                        grading=cfg.grading,
-                        budgets=cfg.budgets(),
-                        episode_id=episode_id,
-                        environment=shared,
-                    ),
-                    pool,
-                )
+                env = AsyncRcbEnv(cfg.episode(paper, snippet, fac, episode_id, shared), pool)
                 await env.reset()
                 sb = shared.sandbox
                 assert sb is not None

@@ -25,7 +25,7 @@ from rcb_env.task.loader import _SKIP_WALK, walk_files
 from rcb_env.task.models import Paper, Snippet
 from rcb_env.task.regions import extract_region, extract_span
 from rcb_env.task.source import source_for
-from rcb_env.untrusted import NotARegularFile, TooLarge, open_beneath
+from rcb_env.untrusted import NotARegularFile, TooLarge, kind_of, open_beneath
 
 #: extract_region and extract_span live in the task layer (rcb_env.task.regions); kept here
 #: for the callers that import them from the workspace.
@@ -205,17 +205,9 @@ def _lstat(root: Path, rel: str) -> os.stat_result | None:
 
 
 def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISLNK, "a symbolic link (not followed)"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
+    """What the agent put there, in words (a link is never followed)."""
+    kind = kind_of(mode)
+    return f"{kind} (not followed)" if stat.S_ISLNK(mode) else kind
 
 
 def _entry(root: Path, rel: str, path: str) -> os.stat_result:
