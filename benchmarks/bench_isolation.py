@@ -92,6 +92,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--baseline", default=BASELINE, help="git revision to compare with")
+    parser.add_argument(
+        "--first",
+        choices=["baseline", "this"],
+        default="baseline",
+        help="which side runs first in round 1 (the order alternates from then on)",
+    )
     parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     papers = [p for p in args.papers.split(",") if p]
@@ -110,7 +116,7 @@ def main() -> None:
             ratios = []
             for n in range(args.rounds):
                 order = [("baseline", base), ("this tree", REPO)]
-                if n % 2:
+                if (n % 2 == 1) != (args.first == "this"):
                     order.reverse()
                 got = {name: _run_side(tree, args) for name, tree in order}
                 ratio = float(got["this tree"]["seconds"]) / float(got["baseline"]["seconds"])  # type: ignore[arg-type]
