@@ -63,10 +63,6 @@ class Session:
     def done(self) -> bool:
         return self.episode is None or self.episode.done
 
-    @property
-    def turns(self) -> int:
-        return len(self.episode.steps) if self.episode is not None else 0
-
     def start(self, task_id: str) -> str:
         """Begin an episode of ``task_id`` (``<paper>/<snippet>``); the task statement (or, when
         the sandbox could not be started, why: the episode has then ended unscored).
