@@ -1,7 +1,8 @@
 """The HTML report of real runs of the bundled tasks (oracle, null, a scripted-model tools agent)
 opened in headless Chromium with no network: the leaderboard's rates, the plots' marks, a
 failed cell opening its episode (diff and test results), the search narrowing the list, no
-console errors. Screenshots go to test-artifacts/report/ for a person to look at."""
+console errors. Screenshots go to the folder RCB_TEST_ARTIFACTS names (a temporary folder
+without it) for a person to look at; never into the checkout."""
 
 from __future__ import annotations
 
@@ -28,7 +29,6 @@ from tests import browser
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "test-artifacts" / "report"
 SHARED_STATS = ROOT.parent / "shared" / "benchmarks" / "researchcodebench" / "overall_stats.json"
 PAPERS = ("adamw-warmup", "rmsnorm-swiglu")
 TOOLS = ("adamw-warmup/bias correction", "adamw-warmup/first moment", "adamw-warmup/second moment")
@@ -136,9 +136,22 @@ def _count(driver: Any, selector: str) -> int:
     return n
 
 
+_shots: list[Path] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _screenshots(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Where the screenshots go: RCB_TEST_ARTIFACTS/report, else a temporary folder."""
+    named = os.environ.get("RCB_TEST_ARTIFACTS")
+    folder = Path(named) / "report" if named else tmp_path_factory.mktemp("screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    _shots[:] = [folder]
+
+
 def _shot(driver: Any, name: str) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+    path = _shots[0] / f"{name}.png"
+    driver.save_screenshot(str(path))
+    assert path.stat().st_size > 0, path
 
 
 def test_the_report_of_real_runs_in_a_browser(runs: Path, driver: Any, tmp_path: Path) -> None:
