@@ -18,7 +18,7 @@ check: install
 # The docker tests need an engine: scripts/with-dockerd.sh uses a running one or starts a private
 # one for the duration of the run (and stops it by its pid).
 test: check
-	bash scripts/with-dockerd.sh $(BIN)/pytest
+	bash scripts/with-dockerd.sh $(BIN)/pytest -n 2 --dist loadgroup
 
 # The fast tier: pure logic and the in-package fake sandbox, no bubblewrap, Docker or long runs
 # (under a minute; runs on a machine without bwrap).

@@ -4,18 +4,41 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
 
-import pytest
-from ruamel.yaml import YAML
 
-from rcb_env import config
-from rcb_env.grading.grader import Grader, GradingConfig
-from rcb_env.sandbox import SandboxConfig, bwrap
-from rcb_env.sandbox.conformance import live_processes
+def _worker_temp() -> Path | None:
+    """Each xdist worker (``make test`` runs two) gets a temporary folder of its own, for itself
+    and every process it starts: a test that checks what a run left on the host (the attack
+    suite's host check) then sees its own worker's files only. Mode 1777 like /tmp, so the
+    sandbox user reaches the scratch folders made in it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return None
+    folder = Path(tempfile.mkdtemp(prefix=f"rcb-{worker}-"))
+    folder.chmod(0o1777)
+    os.environ["TMPDIR"] = str(folder)
+    tempfile.tempdir = None
+    return folder
+
+
+_WORKER_TEMP = _worker_temp()
+# Tables read by the CLI tests come out the same width under every runner (xdist's workers
+# inherit COLUMNS=80); set before the CLI's consoles are made.
+os.environ["COLUMNS"] = "160"
+
+import pytest  # noqa: E402
+from ruamel.yaml import YAML  # noqa: E402
+
+from rcb_env import config  # noqa: E402
+from rcb_env.grading.grader import Grader, GradingConfig  # noqa: E402
+from rcb_env.sandbox import SandboxConfig, bwrap  # noqa: E402
+from rcb_env.sandbox.conformance import live_processes  # noqa: E402
 
 __all__ = ["live_processes"]
 
@@ -126,11 +149,22 @@ def grader(tmp_path: Path) -> Grader:
 _TIER_FIXTURES = {"require_bwrap": "bwrap", "docker_images": "docker"}
 
 
+#: Tests that share one exclusive resource run on one xdist worker, one after another (``make
+#: test`` runs ``pytest -n 2 --dist loadgroup``): the Docker engine and the images the session
+#: builds; Ray (a cluster per test, on Ray's fixed ports).
+_GROUPS = {"docker": "docker", "test_ray.py": "ray"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for fixture, mark in _TIER_FIXTURES.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(getattr(pytest.mark, mark))
+        if item.get_closest_marker("docker") is not None:
+            item.add_marker(pytest.mark.xdist_group(_GROUPS["docker"]))
+        elif item.path.name in _GROUPS:
+            item.add_marker(pytest.mark.xdist_group(_GROUPS[item.path.name]))
 
 
 @pytest.fixture(scope="session")
@@ -237,12 +271,22 @@ def _tree_state() -> set[str] | None:
 _before: list[set[str] | None] = []
 
 
+def _is_worker(session: pytest.Session) -> bool:
+    """An xdist worker (the controller alone checks the checkout, before and after all of them)."""
+    return hasattr(session.config, "workerinput")
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
-    _before.append(_tree_state())
+    if not _is_worker(session):
+        _before.append(_tree_state())
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """No test writes into the checkout: a run that left anything there fails."""
+    if _is_worker(session):
+        if _WORKER_TEMP is not None:
+            shutil.rmtree(_WORKER_TEMP, ignore_errors=True)
+        return
     before = _before[0] if _before else None
     after = _tree_state()
     if before is None or after is None:

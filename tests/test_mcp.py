@@ -182,12 +182,13 @@ def test_a_client_that_leaves_without_submitting_is_graded_as_it_stands(
 def test_reward_hack_bodies_submitted_through_the_mcp_server_score_zero(
     require_bwrap: None,
 ) -> None:
-    """Every reward-hack body of the suite, submitted by an in-process SDK client."""
+    """One attack of each kind (tests/attacks.py), submitted by an in-process SDK client."""
     import anyio
     from mcp.client.client import Client
 
     from rcb_env.runner.eval import run_episode
-    from rcb_env.validation.hacks import ATTACKS, TARGET
+    from rcb_env.validation.hacks import TARGET
+    from tests.attacks import FRONT_DOOR as ATTACKS
 
     paper = load(bundled_root()).paper(TARGET[0])
     snippet = paper.snippet(TARGET[1])

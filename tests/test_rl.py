@@ -346,7 +346,9 @@ def test_an_evaluation_run_exports_messages_only(tmp_path: Path, require_bwrap: 
 
 @pytest.mark.slow
 def test_reward_hack_bodies_score_zero_through_rollout(require_bwrap: None) -> None:
-    from rcb_env.validation.hacks import ATTACKS, TARGET
+    """One attack of each kind (tests/attacks.py), submitted by a policy's edit and submit."""
+    from rcb_env.validation.hacks import TARGET
+    from tests.attacks import FRONT_DOOR as ATTACKS
 
     paper = load(bundled_root()).paper(TARGET[0])
     snippet = paper.snippet(TARGET[1])

@@ -140,3 +140,23 @@ def test_cli_tasks_reports_broken_paper_and_exits_nonzero(tmp_path: Path) -> Non
     assert "stats.py:16" in output
     assert 'snippet "variance"' in output
     assert "never closed" in output
+
+
+def test_warm_and_cold_verdicts_compare_tests_except_after_a_timeout() -> None:
+    """The equivalence check: per-test results count, except those a run killed at the
+    wall-clock limit happened to finish (how far it got depends on the machine's load)."""
+    from rcb_env.grading.models import FailureKind, GradeResult, Outcome, TestOutcome, TestStatus
+    from rcb_env.validation.equivalence import verdict
+
+    def result(kind: FailureKind, *passed: str) -> GradeResult:
+        tests = tuple(TestOutcome(name=n, status=TestStatus.PASSED) for n in passed)
+        return GradeResult(
+            snippet_id="p/s", outcome=Outcome.FAILED, kind=kind, official_pass=False, tests=tests
+        )
+
+    timeout = FailureKind.TIMEOUT
+    assert verdict(result(timeout, "t1")) == verdict(result(timeout))
+    assert verdict(result(FailureKind.TEST_FAILURE, "t1")) != verdict(
+        result(FailureKind.TEST_FAILURE)
+    )
+    assert verdict(result(timeout)) != verdict(result(FailureKind.TEST_FAILURE))

@@ -19,7 +19,7 @@ from typing import Any
 from rcb_env import envs
 from rcb_env._common import Frozen
 from rcb_env.grading.grader import Grader, GradingConfig
-from rcb_env.grading.models import GradeResult
+from rcb_env.grading.models import FailureKind, GradeResult
 from rcb_env.sandbox import SandboxConfig, SandboxFactory
 from rcb_env.task.models import Paper, Pset, Snippet
 from rcb_env.validation.hacks import ATTACKS, TARGET
@@ -42,8 +42,12 @@ class Comparison(Frozen):
 
 
 def verdict(r: GradeResult) -> tuple[Any, ...]:
-    """What must not depend on the path."""
-    return (r.outcome, r.kind, r.official_pass, tuple((t.name, t.status) for t in r.tests))
+    """What must not depend on the path. Which tests had finished when a run was killed at the
+    wall-clock limit depends on how busy the machine was, not on the path: a timeout is
+    compared without its per-test results."""
+    timed_out = r.kind is FailureKind.TIMEOUT
+    tests = () if timed_out else tuple((t.name, t.status) for t in r.tests)
+    return (r.outcome, r.kind, r.official_pass, tests)
 
 
 def candidates(paper: Paper, snippet: Snippet) -> Iterator[tuple[str, str]]:
