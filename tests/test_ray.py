@@ -320,30 +320,40 @@ def test_the_model_concurrency_cap_holds_across_the_cluster(
     assert len({r.node for r in records}) == 1  # one node, two worker processes
 
 
-def test_the_drivers_watchdog_cancels_a_group_past_its_deadline(require_bwrap: None) -> None:
+def test_the_drivers_watchdog_cancels_a_group_past_its_deadline(
+    require_bwrap: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rcb_env.episode.driver import BudgetConfig
+    from rcb_env.runner import ray_runner
     from rcb_env.runner.eval import task_hash
-    from rcb_env.runner.ray_runner import RayDispatcher, encode_config
+    from rcb_env.runner.ray_runner import EvalGroup, RayDispatcher, TaskRef
 
+    monkeypatch.setattr(ray_runner, "WATCHDOG_MARGIN_S", 0.0)
     pset = _snippets(1)
     snippet = pset.snippets[0]
-    failures: list[tuple[str, str, list[int], str]] = []
-    records: list[EpisodeRecord] = []
-    dispatcher = RayDispatcher("local", jobs=1, deadline_s=1.0)  # the episode sleeps 3 s
+    cfg = _cfg("rcb_env.testing:SleepThenSubmit").model_copy(
+        update={
+            "budgets": BudgetConfig(max_wall_s=0.5),
+            "grading": GradingConfig(python=config.task_python(), timeout_s=0.5),
+        }
+    )
+    task = TaskRef(str(bundled_root()), None, "adamw-warmup", snippet.name, task_hash(snippet))
+    job = EvalGroup(task, (0,), cfg, "watchdog")
+    assert job.deadline_s() == 1.0  # the episode sleeps 3 s
+    failures: list[tuple[EvalGroup, str]] = []
+    records: list[Any] = []
+    dispatcher = RayDispatcher("local", jobs=1)
     try:
         t0 = time.monotonic()
         dispatcher.run(
-            [(str(bundled_root()), None, "adamw-warmup", snippet.name, task_hash(snippet), [0])],
-            encode_config(_cfg("rcb_env.testing:SleepThenSubmit")),
-            "watchdog",
-            records.append,
-            lambda *a: failures.append(a),
+            [job], lambda _j, r: records.extend(r), lambda j, why: failures.append((j, why))
         )
         took = time.monotonic() - t0
     finally:
         dispatcher.close()
     assert records == []
-    assert [(f[0], f[1], f[2]) for f in failures] == [("adamw-warmup", snippet.name, [0])]
-    assert "watchdog" in failures[0][3]
+    assert [f[0] for f in failures] == [job]
+    assert "watchdog" in failures[0][1]
     assert took < 10
 
 
