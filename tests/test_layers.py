@@ -103,3 +103,21 @@ def test_what_differs_between_backends_is_the_backends_own() -> None:
         assert executor.warm is None  # the local backend grades cold
     finally:
         factory.close()
+
+
+def test_one_module_makes_ray_remote_functions_and_actors() -> None:
+    """Ray dispatch has one home, ``rcb_env.runner.ray_runner``: every job kind goes through its
+    dispatcher, so no other module of the package makes a remote function or actor."""
+    import re
+    from pathlib import Path
+
+    import rcb_env
+
+    root = Path(rcb_env.__file__).parent
+    pattern = re.compile(r"\bray\.remote\b|\bfrom ray import\b[^\n]*\bremote\b")
+    found = sorted(
+        path.relative_to(root).as_posix()
+        for path in root.rglob("*.py")
+        if pattern.search(path.read_text())
+    )
+    assert found == ["runner/ray_runner.py"], found

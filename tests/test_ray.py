@@ -320,31 +320,164 @@ def test_the_model_concurrency_cap_holds_across_the_cluster(
     assert len({r.node for r in records}) == 1  # one node, two worker processes
 
 
-def test_the_drivers_watchdog_cancels_a_group_past_its_deadline(require_bwrap: None) -> None:
+def test_the_drivers_watchdog_cancels_a_group_past_its_deadline(
+    require_bwrap: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rcb_env.episode.driver import BudgetConfig
+    from rcb_env.runner import ray_runner
     from rcb_env.runner.eval import task_hash
-    from rcb_env.runner.ray_runner import RayDispatcher, encode_config
+    from rcb_env.runner.ray_runner import EvalGroup, RayDispatcher, TaskRef
 
+    monkeypatch.setattr(ray_runner, "WATCHDOG_MARGIN_S", 0.0)
     pset = _snippets(1)
     snippet = pset.snippets[0]
-    failures: list[tuple[str, str, list[int], str]] = []
-    records: list[EpisodeRecord] = []
-    dispatcher = RayDispatcher("local", jobs=1, deadline_s=1.0)  # the episode sleeps 3 s
+    cfg = _cfg("rcb_env.testing:SleepThenSubmit").model_copy(
+        update={
+            "budgets": BudgetConfig(max_wall_s=0.5),
+            "grading": GradingConfig(python=config.task_python(), timeout_s=0.5),
+        }
+    )
+    task = TaskRef(str(bundled_root()), None, "adamw-warmup", snippet.name, task_hash(snippet))
+    job = EvalGroup(task, (0,), cfg, "watchdog")
+    assert job.deadline_s() == 1.0  # the episode sleeps 3 s
+    failures: list[tuple[EvalGroup, str]] = []
+    records: list[Any] = []
+    dispatcher = RayDispatcher("local", jobs=1)
     try:
         t0 = time.monotonic()
         dispatcher.run(
-            [(str(bundled_root()), None, "adamw-warmup", snippet.name, task_hash(snippet), [0])],
-            encode_config(_cfg("rcb_env.testing:SleepThenSubmit")),
-            "watchdog",
-            records.append,
-            lambda *a: failures.append(a),
+            [job], lambda _j, r: records.extend(r), lambda j, why: failures.append((j, why))
         )
         took = time.monotonic() - t0
     finally:
         dispatcher.close()
     assert records == []
-    assert [(f[0], f[1], f[2]) for f in failures] == [("adamw-warmup", snippet.name, [0])]
-    assert "watchdog" in failures[0][3]
+    assert [f[0] for f in failures] == [job]
+    assert "watchdog" in failures[0][1]
     assert took < 10
+
+
+@pytest.fixture
+def one_slot() -> Iterator[None]:
+    """A local Ray with one sandbox slot (groups run one at a time), shut down after."""
+    ray.init(num_cpus=1, resources={"rcb_sandbox": 1}, include_dashboard=False)
+    yield
+    ray.shutdown()
+
+
+def _rollout_cfg(**update: Any) -> Any:
+    from rcb_env.rl import RolloutConfig
+
+    return RolloutConfig(**{"grading": GradingConfig(python=config.task_python()), **update})
+
+
+def test_rollout_groups_on_a_node_share_its_worker_and_its_prepared_template(
+    one_slot: None, require_bwrap: None
+) -> None:
+    """Two groups of one task on a node: the same long-lived worker runs both (the policy,
+    built on the worker, names its actor in the model name the server sees), and the second
+    finds the task's template prepared by the first (the worker's sandbox factory, with its
+    warm grading processes, persists across groups)."""
+    from rcb_agents.policy import OpenAIPolicy
+    from rcb_agents.testing import Reply, ScriptedModelServer
+
+    from rcb_env.rl.ray_groups import rollout_groups
+
+    snippet = load(bundled_root()).paper("adamw-warmup").snippets[0]
+    answer = Reply(
+        tool_calls=(
+            ("replace_in_file", {"path": snippet.file, "old": snippet.todo_body(),
+                                 "new": snippet.reference_body}),
+            ("submit", {}),
+        )
+    )  # fmt: skip
+    with ScriptedModelServer([answer, answer]) as server:
+        url = server.openai_url
+
+        def policy() -> OpenAIPolicy:
+            here = ray.get_runtime_context().get_actor_id()
+            return OpenAIPolicy(f"m@{here}", base_url=url)
+
+        groups = rollout_groups(
+            str(bundled_root()),
+            [snippet.id, snippet.id],
+            policy,
+            1,
+            config=_rollout_cfg(),
+            sandbox=SandboxConfig(backend="bwrap", python=config.task_python()),
+        )
+        models = [body["model"] for _path, body in server.requests]
+    assert len(models) == 2
+    assert len(set(models)) == 1
+    assert models[0] != "m@None"  # an actor's, not a one-off task's
+    groups.sort(key=lambda g: g.group_id)
+    assert [g.templates_prepared for g in groups] == [1, 0]
+    assert all(g.complete for g in groups)
+    assert [g.trajectories[0].reward for g in groups] == [float(snippet.weight)] * 2
+
+
+def test_a_rollout_group_past_its_budget_is_ended_by_the_watchdog(
+    one_slot: None, require_bwrap: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A policy whose model never answers: each group outlives its budgets (a 1 s attempt and a
+    1 s grading, no margin) and the driver's watchdog ends it as an infrastructure failure, no
+    reward, instead of waiting forever. The node has one slot: the first group's stuck call
+    holds it, so its worker is replaced for the second group. No sandbox is left behind."""
+    import asyncio
+
+    from rcb_env.rl import Group, Policy, PolicyOutput
+    from rcb_env.rl.ray_groups import rollout_groups
+    from rcb_env.runner import ray_runner
+
+    monkeypatch.setattr(ray_runner, "WATCHDOG_MARGIN_S", 0.0)
+    snippet = load(bundled_root()).paper("adamw-warmup").snippets[0]
+
+    def silent() -> Policy:
+        class Silent:
+            async def __call__(
+                self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+            ) -> PolicyOutput:
+                await asyncio.sleep(3600)
+                raise AssertionError("unreachable")
+
+        return Silent()
+
+    t0 = time.time()
+    returned: list[list[Group]] = []
+    arrived: list[str] = []
+    runner = threading.Thread(
+        target=lambda: returned.append(
+            rollout_groups(
+                str(bundled_root()),
+                [snippet.id, snippet.id],
+                silent,
+                2,
+                config=_rollout_cfg(max_wall_s=1.0, retries=0, grading=GradingConfig(
+                    python=config.task_python(), timeout_s=1.0)),
+                sandbox=SandboxConfig(backend="bwrap", python=config.task_python()),
+                on_group=lambda _g, node: arrived.append(node),
+            )
+        ),
+        daemon=True,
+    )  # fmt: skip
+    runner.start()
+    runner.join(timeout=60)
+    assert returned, "rollout_groups never returned: nothing ended the group"
+    groups = returned[0]
+    assert arrived == ["", ""]
+    assert len(groups) == 2
+    for group in groups:
+        assert not group.complete
+        assert [(t.sample, t.status, t.reward) for t in group.trajectories] == [
+            (0, "infra_error", None),
+            (1, "infra_error", None),
+        ]
+        assert all("watchdog" in t.errors[0].message for t in group.trajectories)
+        assert group.advantages() == [None, None]
+    deadline = time.monotonic() + 15
+    while live_processes_named("bwrap", t0) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert live_processes_named("bwrap", t0) == 0
 
 
 _PROBE = """
@@ -583,12 +716,23 @@ def test_warm_mode_routes_a_papers_groups_to_one_worker_and_survives_a_lost_node
 
 
 def live_processes_named(name: str, since: float) -> int:
-    """Processes of that name on this machine started since ``since`` (orphans included)."""
+    """Processes of that name started since ``since`` that this test may have left: descendants
+    of this process (its Ray nodes and their workers) or orphans; another process's live
+    descendants (other work on a shared machine) are not counted."""
+    import os
+
     import psutil
 
+    me = os.getpid()
     count = 0
     for p in psutil.process_iter(["name", "create_time", "status"]):
         info = p.info
-        if info["name"] == name and info["create_time"] >= since and info["status"] != "zombie":
+        if info["name"] != name or info["create_time"] < since or info["status"] == "zombie":
+            continue
+        try:
+            parents = p.parents()
+        except psutil.Error:
+            continue
+        if any(q.pid == me for q in parents) or not parents or parents[0].pid == 1:
             count += 1
     return count

@@ -1,8 +1,11 @@
-"""Rollout groups on a Ray cluster: one Ray task per group (k samples of one task, one template,
-one sandbox each on the node that runs it), on the ``rcb_sandbox`` resource, spread over the
-nodes and run again elsewhere when a node dies; finished groups stream back to the driver as
-they complete. The policy is built on the worker from a factory the driver gives (a model
-client cannot cross processes); model calls go from the workers straight to the model server.
+"""Rollout groups on a Ray cluster, as jobs of the one Ray dispatcher
+(:mod:`rcb_env.runner.ray_runner`): each group (k samples of one task, one template, one sandbox
+each) runs on the long-lived worker of a node, whose sandbox factory (prepared templates, warm
+grading processes) the groups it runs share; it is run again elsewhere when its node dies, and
+a group that outlives its budgets is ended by the driver's watchdog as an infrastructure failure
+(no reward). Finished groups stream back to the driver as they complete. The policy is built on
+the worker from a factory the driver gives (a model client cannot cross processes); model calls
+go from the workers straight to the model server.
 
 Needs ``ray`` (``pip install 'rcb-env[ray]'``).
 """
@@ -11,47 +14,89 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 
+from rcb_env.errors import InfraError
 from rcb_env.rl.policy import Policy
-from rcb_env.rl.rollout import Group, RolloutConfig, rollout_group
-from rcb_env.runner.ray_runner import RESOURCE, _tasks_on_node
+from rcb_env.rl.rollout import Group, RolloutConfig, openai_tools, rollout_group
+from rcb_env.rl.trajectory import Trajectory
+from rcb_env.runner.ray_runner import Node, RayDispatcher, TaskRef, watchdog_s
 from rcb_env.sandbox import SandboxConfig
 
 
-def _group_on_node(
-    where: str,
-    task_id: str,
-    task_hash: str,
-    policy_factory: Callable[[], Policy],
-    k: int,
-    cfg_json: str,
-    sandbox_json: str,
-    group_id: str,
-) -> dict[str, Any]:
-    from rcb_env.runner.episode import task_hash as th
+@dataclass(frozen=True)
+class RolloutGroupJob:
+    """One rollout group as a job of the Ray dispatcher; its result is the group (JSON) and the
+    node that ran it."""
 
-    paper_id, _, name = task_id.partition("/")
-    paper = _tasks_on_node(where).paper(paper_id)
-    snippet = paper.snippet(name)
-    if th(snippet) != task_hash:
-        raise RuntimeError(f"this node has a different copy of {task_id} (content hash differs)")
-    group = asyncio.run(
-        rollout_group(
-            paper,
-            snippet,
-            policy_factory(),
-            k,
-            config=RolloutConfig.model_validate_json(cfg_json),
-            sandbox=SandboxConfig.model_validate_json(sandbox_json),
-            group_id=group_id,
+    task: TaskRef
+    policy_factory: Callable[[], Policy]
+    k: int
+    config: RolloutConfig
+    sandbox: SandboxConfig
+    group_id: str
+
+    @property
+    def key(self) -> str:
+        return self.group_id
+
+    @property
+    def home(self) -> None:
+        return None
+
+    def deadline_s(self) -> float:
+        """The samples run at once; each may take its attempts' wall budgets and gradings."""
+        attempt = (self.config.max_wall_s or 1800.0) + self.config.grading.timeout_s
+        return watchdog_s(attempt * (self.config.retries + 1))
+
+    def run(self, node: Node) -> dict[str, Any]:
+        _pset, paper, snippet = node.snippet(self.task)
+        group = asyncio.run(
+            rollout_group(
+                paper,
+                snippet,
+                self.policy_factory(),
+                self.k,
+                config=self.config,
+                factory=node.factory,
+                group_id=self.group_id,
+            )
         )
+        data: dict[str, Any] = group.model_dump(mode="json")
+        data["node"] = node.id
+        return data
+
+
+def _unscored(job: RolloutGroupJob, weight: int, why: str) -> Group:
+    """A group that failed for good on the cluster: every sample without a reward."""
+    error = InfraError(stage="sandbox", type="ray", message=why)
+    return Group(
+        group_id=job.group_id,
+        task_id=job.task.id,
+        trajectories=[
+            Trajectory(
+                task_id=job.task.id,
+                paper_id=job.task.paper_id,
+                group_id=job.group_id,
+                sample=i,
+                weight=weight,
+                policy_version=job.config.policy_version,
+                messages=[],
+                tools=openai_tools(),
+                status="infra_error",
+                stop_reason="infra_error",
+                reward=None,
+                passed=None,
+                errors=[error],
+            )
+            for i in range(job.k)
+        ],
+        mode="fresh",
+        templates_prepared=0,
     )
-    data: dict[str, Any] = group.model_dump(mode="json")
-    data["node"] = ray.get_runtime_context().get_node_id()
-    return data
 
 
 def rollout_groups(
@@ -66,47 +111,41 @@ def rollout_groups(
     max_retries: int = 3,
 ) -> list[Group]:
     """One group of ``k`` samples per task id (``<paper>/<snippet>`` of the benchmark or folder
-    ``where``), on the Ray cluster this process is connected to (``ray.init`` first). Each
-    finished group reaches ``on_group(group, node_id)`` as it completes; all are returned."""
+    ``where``), on the Ray cluster this process is connected to (``ray.init`` first), on one
+    worker per node for the call. Each finished group reaches ``on_group(group, node_id)`` as it
+    completes (a group that failed for good, unscored, with no node: ``""``); all are
+    returned."""
     from rcb_env.runner.episode import task_hash
     from rcb_env.task import load
 
-    if not ray.cluster_resources().get(RESOURCE):  # type: ignore[no-untyped-call]
-        raise RuntimeError(f"no node of the Ray cluster declares the {RESOURCE!r} resource")
+    if not ray.is_initialized():
+        raise RuntimeError("connect to a Ray cluster first (ray.init)")
     pset = load(where)
-    cfg = (config or RolloutConfig()).model_dump_json()
-    sb = (sandbox or SandboxConfig()).model_dump_json()
-    remote = ray.remote(_group_on_node).options(
-        num_cpus=0,
-        resources={RESOURCE: 1},
-        scheduling_strategy="SPREAD",
-        max_retries=max_retries,
-        retry_exceptions=False,
-    )
-    pending = {}
+    cfg = config or RolloutConfig()
+    sb = sandbox or SandboxConfig()
+    jobs: list[RolloutGroupJob] = []
+    weights: dict[str, int] = {}
     for i, task_id in enumerate(task_ids):
         paper_id, _, name = task_id.partition("/")
         snippet = pset.paper(paper_id).snippet(name)
-        ref = remote.remote(
-            where,
-            task_id,
-            task_hash(snippet),
-            policy_factory,
-            k,
-            cfg,
-            sb,
-            f"g{i}-{snippet.slug[:24]}",
-        )
-        pending[ref] = task_id
+        task = TaskRef(where, None, paper_id, name, task_hash(snippet))
+        job = RolloutGroupJob(task, policy_factory, k, cfg, sb, f"g{i}-{snippet.slug[:24]}")
+        jobs.append(job)
+        weights[job.group_id] = snippet.weight
     groups: list[Group] = []
-    while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1, timeout=5.0)
-        for ref in ready:
-            pending.pop(ref)
-            data = ray.get(ref)
-            node = str(data.pop("node"))
-            group = Group.model_validate(data)
-            groups.append(group)
-            if on_group is not None:
-                on_group(group, node)
+
+    def finished(group: Group, node: str) -> None:
+        groups.append(group)
+        if on_group is not None:
+            on_group(group, node)
+
+    def done(_job: RolloutGroupJob, data: dict[str, Any]) -> None:
+        node = str(data.pop("node"))
+        finished(Group.model_validate(data), node)
+
+    def failed(job: RolloutGroupJob, why: str) -> None:
+        finished(_unscored(job, weights[job.group_id], why), "")
+
+    with RayDispatcher(None, max_retries=max_retries, warm=True) as dispatcher:
+        dispatcher.run(jobs, done, failed)
     return groups

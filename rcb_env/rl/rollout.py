@@ -433,7 +433,8 @@ class Group(Frozen):
     trajectories: list[Trajectory]
     mode: Literal["fresh", "reuse"]
     templates_prepared: int
-    """How many times the task's masked template was prepared for this group (1)."""
+    """How many times the task's masked template was prepared for this group (1; 0 when its
+    factory had prepared it already, as a Ray node's worker has for an earlier group)."""
     pristine_checks: list[bool] = Field(default_factory=list)
     """Reuse mode: for each sample, whether the reset workspace matched the template."""
 
@@ -484,7 +485,7 @@ async def rollout_group(
     cfg = config or RolloutConfig()
     group = group_id or f"{snippet.slug[:32]}-{secrets.token_hex(4)}"
     fac = factory or SandboxFactory(sandbox)
-    before = fac.preparations
+    before = fac.prepared(paper, snippet)
     checks: list[bool] = []
     pool = ThreadPoolExecutor(max_workers=max(1, k), thread_name_prefix="rcb-group")
     try:
@@ -550,7 +551,7 @@ async def rollout_group(
         task_id=snippet.id,
         trajectories=trajectories,
         mode=mode,
-        templates_prepared=fac.preparations - before,
+        templates_prepared=int(fac.prepared(paper, snippet) and not before),
         pristine_checks=checks,
     )
 

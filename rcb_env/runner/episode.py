@@ -121,7 +121,7 @@ def run_episode(
     return record
 
 
-def _brings_interpreter(cfg: EvalConfig) -> bool:
+def names_interpreter(cfg: EvalConfig) -> bool:
     """Does the run's configuration name the interpreter (so no task environment is needed)?"""
     return brings_interpreter(cfg.sandbox.backend) or (
         cfg.sandbox.python is not None and cfg.grading.python is not None

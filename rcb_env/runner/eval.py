@@ -29,8 +29,8 @@ from rcb_env.results.records import (
 from rcb_env.results.summary import Summary, Totals, Unavailable, summarize_run
 from rcb_env.runner.episode import (
     EvalConfig,
-    _brings_interpreter,
     make_agent_factory,
+    names_interpreter,
     run_episode,
     task_hash,
 )
@@ -204,7 +204,7 @@ def _open_run(
             in a folder that holds one.
     """
     if only_ready:
-        pset, totals = runnable(pset, interpreter_given=_brings_interpreter(cfg))
+        pset, totals = runnable(pset, interpreter_given=names_interpreter(cfg))
     else:
         totals = _totals(pset, [])
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -268,15 +268,9 @@ class _Episodes:
         self.factory: SandboxFactory | None = None
         self.prewarmer: Prewarmer | None = None
         if ray_address is not None:
-            from rcb_env.runner.ray_runner import WATCHDOG_MARGIN_S, RayDispatcher
+            from rcb_env.runner.ray_runner import RayDispatcher
 
-            # The driver's watchdog: a sample may take its wall budget, its grading, a margin.
-            per_sample = (
-                (cfg.budgets.max_wall_s or 1800.0) + cfg.grading.timeout_s + WATCHDOG_MARGIN_S
-            )
-            self.dispatcher = RayDispatcher(
-                ray_address, jobs=jobs, deadline_s=per_sample, warm=ray_warm
-            )
+            self.dispatcher = RayDispatcher(ray_address, jobs=jobs, warm=ray_warm)
         else:
             self.new_agent = new_agent
             self.factory = SandboxFactory(cfg.sandbox)
@@ -354,9 +348,9 @@ def _run_on_ray(
     run_id: str,
     keep: Callable[[EpisodeRecord, Item], None],
 ) -> None:
-    """``items`` as one Ray task per snippet (its pending samples); records kept as they come."""
+    """``items`` as one job per snippet (its pending samples); records kept as they come."""
     from rcb_env.catalog import BENCHMARKS as BENCHMARK_NAMES
-    from rcb_env.runner.ray_runner import encode_config, ship_tasks
+    from rcb_env.runner.ray_runner import EvalGroup, TaskRef, ship_tasks
 
     groups: dict[str, list[tuple[Paper, Snippet, int]]] = {}
     for item in items:
@@ -374,13 +368,14 @@ def _run_on_ray(
         for paper_id in papers:
             located[paper_id] = (known, [tree] if tree is not None else None)
 
-    def on_record(record: EpisodeRecord) -> None:
-        paper_id, _, name = record.snippet_id.partition("/")
-        keep(record, lookup[(paper_id, name, record.sample)])
+    def on_done(job: EvalGroup, records: list[dict[str, Any]]) -> None:
+        for data in records:
+            record = EpisodeRecord.model_validate(data)
+            keep(record, lookup[(job.task.paper_id, job.task.snippet, record.sample)])
 
-    def on_failure(paper_id: str, name: str, samples: list[int], why: str) -> None:
-        for k in samples:
-            paper, snippet, _ = lookup[(paper_id, name, k)]
+    def on_failure(job: EvalGroup, why: str) -> None:
+        for k in job.samples:
+            paper, snippet, _ = lookup[(job.task.paper_id, job.task.snippet, k)]
             error = InfraError(stage="sandbox", type="ray", message=why)
             record = EpisodeRecord.from_outcome(
                 EpisodeOutcome.failed(error),
@@ -400,19 +395,10 @@ def _run_on_ray(
             )
             keep(record, (paper, snippet, k))
 
-    dispatcher.run(
-        [
-            (
-                *located[members[0][0].id],
-                members[0][0].id,
-                members[0][1].name,
-                task_hash(members[0][1]),
-                [k for *_, k in members],
-            )
-            for members in groups.values()
-        ],
-        encode_config(cfg),
-        run_id,
-        on_record,
-        on_failure,
-    )
+    jobs = []
+    for members in groups.values():
+        paper, snippet = members[0][0], members[0][1]
+        where, tree = located[paper.id]
+        task = TaskRef(where, tree, paper.id, snippet.name, task_hash(snippet))
+        jobs.append(EvalGroup(task, tuple(k for *_, k in members), cfg, run_id))
+    dispatcher.run(jobs, on_done, on_failure)

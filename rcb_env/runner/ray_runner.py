@@ -1,15 +1,21 @@
-"""Episodes on a Ray cluster: the same run, records, resume and failure semantics as a local run.
+"""Everything rcb-env runs on a Ray cluster goes through this one dispatcher: an evaluation's
+groups, RL rollout groups (:mod:`rcb_env.rl.ray_groups`), the reward-hack suite's gradings and
+the leak audit's papers are kinds of :class:`Job`, each a small typed description the driver
+sends and a ``run`` the node executes, with the same machinery for all.
 
-The unit of work is one group: every pending sample of one snippet (RL needs whole groups; one
-template per group). Each group is a Ray task that needs one unit of the custom resource
-``rcb_sandbox`` (every node declares how many sandboxes it can run at once, so Ray never
-oversubscribes a node), spread over the nodes, and retried by Ray when its node dies
-(``max_retries``). The worker resolves the task set on its node by the driver's folder or
-benchmark name and checks each snippet's content hash, runs the episodes in a sandbox factory
-of its own (closed at the end: no sandbox is left behind), and returns the records; the driver
-streams them back as groups finish (``ray.wait``) and is the only writer of ``episodes.jsonl``,
-so a Ray retry can never write a record twice. Each record names the node that ran it and the
-attempt of its group.
+Every job needs one unit of the custom resource ``rcb_sandbox`` (every node declares how many
+sandboxes it can run at once, so Ray never oversubscribes a node). It runs either as a Ray
+task, spread over the nodes, in a sandbox factory of its own (closed at the end: no sandbox is
+left behind) and retried by Ray when its node dies (``max_retries``), or, warm, on its node's
+long-lived worker, whose sandbox factories (prepared templates, warm grading processes,
+containers) and loaded task sets persist across the jobs it runs; Ray does not replace a dead
+actor, so the driver sends a lost worker's jobs to another one. On the node, a job finds the
+tasks by the driver's folder or benchmark name (unpacked from the driver's archive when the node
+lacks them) and refuses a copy whose content hash differs (:class:`Node`). The driver streams
+results back as jobs finish (``ray.wait``), ends a job that outlives its own budgets by
+:data:`WATCHDOG_MARGIN_S` per episode (the watchdog), and is the only writer of what it
+records (an evaluation's ``episodes.jsonl``), so a retry can never write a record twice. Each
+evaluation record names the node that ran it and the attempt of its group.
 
 Local mode: ``ray.init(num_cpus=..., resources={"rcb_sandbox": jobs})`` on this machine. Cluster
 mode: ``ray.init(address=...)``; each worker node was started with
@@ -23,27 +29,42 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import ray
 
-from rcb_env.results.records import EpisodeRecord
-from rcb_env.task.models import Pset
+from rcb_env.runner.episode import EvalConfig, task_hash
+from rcb_env.sandbox import SandboxConfig, SandboxFactory
+from rcb_env.task.models import Paper, Pset, Snippet
+
+if TYPE_CHECKING:
+    from rcb_env.grading.grader import GradingConfig
+    from rcb_env.grading.models import GradeResult
+    from rcb_env.validation.audit import Finding
 
 RESOURCE = "rcb_sandbox"
-#: Seconds a group may take per sample beyond the episode's own wall budget before the driver's
-#: watchdog cancels it (the worker enforces the episode budgets itself).
+#: Seconds a job may take per episode beyond its own budgets before the driver's watchdog ends
+#: it (the node enforces the budgets themselves).
 WATCHDOG_MARGIN_S = 300.0
+#: Task trees larger than this are not shipped through the object store (prepare the node).
+SHIP_LIMIT = 512 * 2**20
+
+
+def watchdog_s(budget_s: float, episodes: int = 1) -> float:
+    """The watchdog's deadline of a job whose budgets allow ``budget_s`` seconds for ``episodes``
+    episodes run one after another."""
+    return budget_s + max(1, episodes) * WATCHDOG_MARGIN_S
 
 
 @ray.remote(num_cpus=0)
 class _Attempts:
-    """Counts how many times each group started (a group moved off a dead node starts twice)."""
+    """Counts how many times each job started (a job moved off a dead node starts twice)."""
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
@@ -98,10 +119,6 @@ def _tasks_on_node(where: str) -> Pset:
     return load(where)
 
 
-#: Task trees larger than this are not shipped through the object store (prepare the node).
-SHIP_LIMIT = 512 * 2**20
-
-
 def ship_tasks(pset: Pset) -> Any:
     """The task tree as a tar archive in Ray's object store, for nodes that lack it (None when
     it is too large: those nodes must be prepared with ``rcb-env get``). Pass it to tasks inside
@@ -139,8 +156,8 @@ def tasks_here(where: str, tree: Any) -> str:
     except (TaskLoadError, OSError):
         if tree is None:
             raise RuntimeError(
-                f"this node has no copy of {where} and it was too large to ship: run "
-                "`rcb-env get` on the node"
+                f"this node has no copy of {where} and none was shipped (too large, or not "
+                "asked for): run `rcb-env get` on the node"
             ) from None
     # Passed inside a list, the reference reaches the worker unresolved: only a node that lacks
     # the tasks fetches the archive.
@@ -162,120 +179,137 @@ def tasks_here(where: str, tree: Any) -> str:
     return where if known is not None else str(dest)
 
 
-def _run_group(
-    where: str,
-    tree: Any,
-    paper_id: str,
-    snippet_name: str,
-    task_hash: str,
-    samples: list[int],
-    cfg_json: str,
-    run_id: str,
-    attempts: Any,
-) -> list[dict[str, Any]]:
-    """One group on a worker node: the records of its episodes (JSON)."""
-    from rcb_env.runner.episode import EvalConfig
-    from rcb_env.sandbox import SandboxFactory
+@dataclass(frozen=True)
+class TaskRef:
+    """A snippet as the driver names it to a node: where its tasks are (a benchmark name or a
+    folder), their shipped tree for a node that lacks them (``[ref]`` from :func:`ship_tasks`,
+    or None), and its content hash."""
 
-    factory = SandboxFactory(EvalConfig.model_validate_json(cfg_json).sandbox)
+    where: str
+    tree: Any
+    paper_id: str
+    snippet: str
+    task_hash: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.paper_id}/{self.snippet}"
+
+
+class Node:
+    """What a job gets on the node that runs it: the node's id, the job's attempt (2 after a
+    move off a dead node), the sandbox factory to open its sandboxes from (a warm worker's
+    persists across jobs), and the node's copy of the tasks."""
+
+    def __init__(self, factory: SandboxFactory, attempt: int) -> None:
+        self.id: str = ray.get_runtime_context().get_node_id()
+        self.factory = factory
+        self.attempt = attempt
+
+    def tasks(self, where: str, tree: Any = None) -> Pset:
+        """This node's copy of the tasks ``where`` names (see :func:`tasks_here`)."""
+        return _tasks_on_node(tasks_here(where, tree))
+
+    def snippet(self, task: TaskRef) -> tuple[Pset, Paper, Snippet]:
+        """``task`` as this node has it, with its task set and paper.
+
+        Raises:
+            RuntimeError: the node's copy differs from the driver's (content hash).
+        """
+        pset = self.tasks(task.where, task.tree)
+        paper = pset.paper(task.paper_id)
+        snippet = paper.snippet(task.snippet)
+        if task_hash(snippet) != task.task_hash:
+            raise RuntimeError(
+                f"node {self.id[:12]} has a different copy of {snippet.id} (content hash "
+                "differs): prepare every node from the same benchmark copy"
+            )
+        return pset, paper, snippet
+
+
+class Job(Protocol):
+    """A kind of work for one sandbox slot of a node: the driver sends the description, the node
+    runs it (its result crosses back to the driver: plain data)."""
+
+    @property
+    def key(self) -> str:
+        """Names the job: its attempts are counted under it."""
+        ...
+
+    @property
+    def sandbox(self) -> SandboxConfig:
+        """The sandboxes it opens (a warm worker keeps one factory per configuration)."""
+        ...
+
+    @property
+    def home(self) -> str | None:
+        """Warm mode: jobs with the same home go to the same worker (None: the least loaded)."""
+        ...
+
+    def deadline_s(self) -> float | None:
+        """Seconds the driver's watchdog gives it (see :func:`watchdog_s`; None: no limit)."""
+        ...
+
+    def run(self, node: Node) -> Any:
+        """The job, on the node."""
+        ...
+
+
+J = TypeVar("J", bound=Job)
+
+
+def _start(job: Job, attempts: Any, factory: SandboxFactory) -> Any:
+    attempt = int(ray.get(attempts.bump.remote(job.key)))
+    return job.run(Node(factory, attempt))
+
+
+def _run_cold(job: Job, attempts: Any) -> Any:
+    """A job as a Ray task, in a sandbox factory of its own."""
+    factory = SandboxFactory(job.sandbox)
     try:
-        return _group_records(
-            where, tree, paper_id, snippet_name, task_hash, samples, cfg_json, run_id, attempts,
-            factory,
-        )  # fmt: skip
+        return _start(job, attempts, factory)
     finally:
         factory.close()
 
 
-def _group_records(
-    where: str,
-    tree: Any,
-    paper_id: str,
-    snippet_name: str,
-    task_hash: str,
-    samples: list[int],
-    cfg_json: str,
-    run_id: str,
-    attempts: Any,
-    factory: Any,
-) -> list[dict[str, Any]]:
-    """The episodes of one group in ``factory``'s sandboxes, as records (JSON)."""
-    from rcb_env.runner.episode import EvalConfig, make_agent_factory, run_episode
-    from rcb_env.runner.episode import task_hash as th
-
-    node = ray.get_runtime_context().get_node_id()
-    attempt = int(ray.get(attempts.bump.remote(f"{paper_id}/{snippet_name}:{samples}")))
-    pset = _tasks_on_node(tasks_here(where, tree))
-    paper = pset.paper(paper_id)
-    snippet = paper.snippet(snippet_name)
-    if th(snippet) != task_hash:
-        raise RuntimeError(
-            f"node {node[:12]} has a different copy of {snippet.id} (content hash differs): "
-            "prepare every node from the same benchmark copy"
-        )
-    cfg = EvalConfig.model_validate_json(cfg_json)
-    from rcb_env import envs
-    from rcb_env.runner.episode import _brings_interpreter
-
-    ready = envs.availability(paper, interpreter_given=_brings_interpreter(cfg))
-    if ready.status != "ready":
-        raise RuntimeError(
-            f"node {node[:12]} is not prepared for {paper.id}: {ready.reason} (run `rcb-env "
-            "setup` there, or pull the images, before it joins)"
-        )
-    only = pset.model_copy(update={"papers": (paper.model_copy(update={"snippets": (snippet,)}),)})
-    new_agent = make_agent_factory(cfg, only)
-    out = []
-    for sample in samples:
-        record = run_episode(paper, snippet, sample, new_agent(), cfg, factory, run_id)
-        out.append(
-            record.model_copy(update={"node": node, "attempt": attempt}).model_dump(mode="json")
-        )
-    return out
-
-
-@ray.remote(num_cpus=0)
+@ray.remote(num_cpus=0, concurrency_groups={"control": 1})  # type: ignore[call-overload]
 class _NodeWorker:
     """Warm mode: one long-lived worker per node, holding its sandbox factories (prepared
-    templates, warm containers) and the node's loaded task sets across the groups it runs; it
-    runs as many groups at once as the node declares sandbox slots."""
+    templates, warm grading processes, containers) and the node's loaded task sets across the
+    jobs it runs; it runs as many jobs at once as the node declares sandbox slots, and answers
+    the driver's own calls (``node``, ``close``) even while every slot is busy."""
 
     def __init__(self) -> None:
-        self.factories: dict[str, Any] = {}
+        self.factories: dict[str, SandboxFactory] = {}
+        self.lock = threading.Lock()
 
+    @ray.method(concurrency_group="control")
     def node(self) -> str:
         node: str = ray.get_runtime_context().get_node_id()
         return node
 
-    def run_group(
-        self,
-        where: str,
-        tree: Any,
-        paper_id: str,
-        snippet_name: str,
-        task_hash: str,
-        samples: list[int],
-        cfg_json: str,
-        run_id: str,
-        attempts: Any,
-    ) -> list[dict[str, Any]]:
-        from rcb_env.runner.episode import EvalConfig
-        from rcb_env.sandbox import SandboxFactory
+    def run(self, job: Job, attempts: Any) -> Any:
+        key = job.sandbox.model_dump_json()
+        with self.lock:
+            factory = self.factories.get(key)
+            if factory is None:
+                factory = self.factories[key] = SandboxFactory(job.sandbox)
+        return _start(job, attempts, factory)
 
-        sandbox = EvalConfig.model_validate_json(cfg_json).sandbox
-        key = sandbox.model_dump_json()
-        factory = self.factories.get(key)
-        if factory is None:
-            factory = self.factories[key] = SandboxFactory(sandbox)
-        return _group_records(
-            where, tree, paper_id, snippet_name, task_hash, samples, cfg_json, run_id, attempts,
-            factory,
-        )  # fmt: skip
-
+    @ray.method(concurrency_group="control")
     def close(self) -> None:
-        for factory in self.factories.values():
-            factory.close()
-        self.factories.clear()
+        with self.lock:
+            for factory in self.factories.values():
+                factory.close()
+            self.factories.clear()
+
+
+def _why(exc: BaseException) -> str:
+    """Why a job failed, in a line: what the job raised on the node (not Ray's wrapper around it
+    with the node's traceback), or Ray's own error."""
+    cause = exc.cause if isinstance(exc, ray.exceptions.RayTaskError) else None
+    shown = cause if isinstance(cause, BaseException) else exc
+    return f"{type(shown).__name__}: {str(shown)[:500]}"
 
 
 def connect(address: str | None, jobs: int = 1) -> bool:
@@ -312,77 +346,6 @@ def connect(address: str | None, jobs: int = 1) -> bool:
     return own
 
 
-def _on_nodes(
-    fn: Callable[..., Any], calls: list[tuple[Any, ...]], max_retries: int = 3
-) -> list[Any]:
-    """``fn(*args)`` for each of ``calls`` as Ray tasks on the sandbox slots (results in order)."""
-    remote = ray.remote(fn).options(
-        num_cpus=0,
-        resources={RESOURCE: 1},
-        scheduling_strategy="SPREAD",
-        max_retries=max_retries,
-        retry_exceptions=False,
-    )
-    return list(ray.get([remote.remote(*args) for args in calls]))
-
-
-def _audit_paper(where: str, paper_id: str, sandbox_json: str) -> list[dict[str, Any]]:
-    from rcb_env.sandbox import SandboxConfig, SandboxFactory
-    from rcb_env.validation.audit import audit
-
-    pset = _tasks_on_node(where)
-    one = pset.model_copy(update={"papers": (pset.paper(paper_id),), "failures": ()})
-    factory = SandboxFactory(SandboxConfig.model_validate_json(sandbox_json))
-    try:
-        return [f.model_dump(mode="json") for f in audit(one, factory)]
-    finally:
-        factory.close()
-
-
-def audit_on_ray(pset: Pset, sandbox: Any) -> list[Any]:
-    """The leak audit with one Ray task per paper (connect first): the same findings as a local
-    audit, found on the nodes that run the episodes."""
-    from rcb_env.validation.audit import Finding
-
-    where = pset.benchmark or str(pset.root)
-    calls = [(where, p.id, sandbox.model_dump_json()) for p in pset.papers if p.snippets]
-    return [Finding.model_validate(f) for found in _on_nodes(_audit_paper, calls) for f in found]
-
-
-def _grade_on_node(
-    where: str, paper_id: str, snippet_name: str, body: str, sandbox_json: str, grading_json: str
-) -> dict[str, Any]:
-    from rcb_env.grading.grader import Grader, GradingConfig
-    from rcb_env.sandbox import SandboxConfig, SandboxFactory
-
-    paper = _tasks_on_node(where).paper(paper_id)
-    snippet = paper.snippet(snippet_name)
-    factory = SandboxFactory(SandboxConfig.model_validate_json(sandbox_json))
-    try:
-        grader = Grader(
-            GradingConfig.model_validate_json(grading_json),
-            executor=factory.grading_executor(paper),
-        )
-        result = grader.grade(paper, snippet, body)
-    finally:
-        factory.close()
-    data: dict[str, Any] = result.model_dump(mode="json")
-    return data
-
-
-def grade_on_ray(
-    where: str, paper_id: str, snippet_name: str, bodies: list[str], sandbox: Any, grading: Any
-) -> list[Any]:
-    """Each body graded as a Ray task (connect first): the reward-hack suite on the nodes."""
-    from rcb_env.grading.models import GradeResult
-
-    calls = [
-        (where, paper_id, snippet_name, b, sandbox.model_dump_json(), grading.model_dump_json())
-        for b in bodies
-    ]
-    return [GradeResult.model_validate(r) for r in _on_nodes(_grade_on_node, calls)]
-
-
 def disconnect(own: bool) -> None:
     """Undo :func:`connect` (only what it started)."""
     if own:
@@ -390,7 +353,9 @@ def disconnect(own: bool) -> None:
 
 
 class RayDispatcher:
-    """Runs groups of (paper, snippet, samples) on Ray and streams the records back."""
+    """Runs jobs on the sandbox slots of a Ray cluster (connecting to it, see :func:`connect`)
+    and streams their results back: as Ray tasks, or ``warm`` on one long-lived worker per node
+    (kept until :meth:`close`), each sent a job when it has a free slot."""
 
     def __init__(
         self,
@@ -398,13 +363,12 @@ class RayDispatcher:
         *,
         jobs: int = 1,
         max_retries: int = 3,
-        deadline_s: float | None = None,
         warm: bool = False,
     ) -> None:
         self.own = connect(address, jobs)
         self.caps = model_caps()  # the per-endpoint model caps hold across the cluster
         self.max_retries = max_retries
-        self.deadline_s = deadline_s
+        self.warm = warm
         # The attempt counter lives on the driver's node: a worker node's death must not take it.
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -412,7 +376,7 @@ class RayDispatcher:
         self.attempts = _Attempts.options(  # type: ignore[attr-defined]
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
         ).remote()
-        self.remote = ray.remote(_run_group).options(
+        self.cold = ray.remote(_run_cold).options(
             num_cpus=0,
             resources={RESOURCE: 1},
             scheduling_strategy="SPREAD",
@@ -421,118 +385,313 @@ class RayDispatcher:
         )
         self.workers: dict[str, Any] = {}
         """Warm mode: node id -> its long-lived worker (the live ones)."""
+        self.slots: dict[str, int] = {}
         self.load: dict[str, int] = {}
-        self.home: dict[str, str] = {}
-        """Warm mode: paper id -> the node whose worker runs its groups."""
+        """Warm mode: node id -> the calls its worker holds (running, or given up on)."""
+        self.stuck: dict[str, int] = {}
+        """Warm mode: node id -> the calls the watchdog gave up on (a running actor call cannot
+        be interrupted: each keeps its slot until the worker is replaced)."""
+        self.homes: dict[str, str] = {}
+        """Warm mode: a job's home -> the node whose worker runs its jobs."""
         if warm:
             self._start_workers()
 
-    def _start_workers(self) -> None:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    def __enter__(self) -> RayDispatcher:
+        return self
 
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start_workers(self) -> None:
         for n in ray.nodes():  # type: ignore[no-untyped-call]
             slots = int((n.get("Resources") or {}).get(RESOURCE, 0))
-            if not n.get("Alive") or slots < 1:
-                continue
-            node = n["NodeID"]
-            self.workers[node] = _NodeWorker.options(  # type: ignore[attr-defined]
-                resources={RESOURCE: slots},
-                max_concurrency=slots,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
-            ).remote()
-            self.load[node] = 0
+            if n.get("Alive") and slots >= 1:
+                self._start_worker(n["NodeID"], slots)
         if not self.workers:
             raise RuntimeError(f"no live node declares the {RESOURCE!r} resource")
         ray.get([w.node.remote() for w in self.workers.values()], timeout=300)
 
-    def _submit(self, g: tuple[str, Any, str, str, str, list[int]], cfg_json: str,
-                run_id: str) -> tuple[Any, str | None]:  # fmt: skip
-        """A group as a Ray task (cold), or on its paper's worker (warm): its ref and node."""
-        if not self.workers:
-            return self.remote.remote(*g, cfg_json, run_id, self.attempts), None
-        paper = g[2]
-        node = self.home.get(paper)
-        if node not in self.workers:  # first seen, or its node is gone: the least loaded
-            node = min(self.workers, key=lambda n: self.load[n])
-            self.home[paper] = node
-        self.load[node] += 1
-        return self.workers[node].run_group.remote(*g, cfg_json, run_id, self.attempts), node
+    def _start_worker(self, node: str, slots: int) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self.workers[node] = _NodeWorker.options(  # type: ignore[attr-defined]
+            resources={RESOURCE: slots},
+            max_concurrency=slots,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
+        ).remote()
+        self.slots[node], self.load[node], self.stuck[node] = slots, 0, 0
+
+    def _replace_stuck(self) -> None:
+        """A worker left holding only calls the watchdog gave up on is replaced by a fresh one
+        on its node: the stuck calls end with the old worker, their sandboxes too."""
+        for node, worker in list(self.workers.items()):
+            if self.stuck[node] and self.load[node] == self.stuck[node]:
+                _close_workers([worker], timeout_s=10)
+                self._start_worker(node, self.slots[node])
+
+    def _place(self, job: Job) -> str | None:
+        """Warm mode: the node whose worker runs ``job`` now, or None while it has no free slot:
+        its home's worker (for a home first seen, or whose node is gone: the least loaded), or
+        for a job without a home any worker with a free slot."""
+        if job.home is None:
+            free = [n for n in self.workers if self.load[n] < self.slots[n]]
+            return min(free, key=self.load.__getitem__) if free else None
+        node = self.homes.get(job.home)
+        if node is None or node not in self.workers:
+            node = min(self.workers, key=self.load.__getitem__)
+            self.homes[job.home] = node
+        return node if self.load[node] < self.slots[node] else None
 
     def run(
         self,
-        groups: list[tuple[str, Any, str, str, str, list[int]]],
-        cfg_json: str,
-        run_id: str,
-        on_record: Callable[[EpisodeRecord], None],
-        on_failure: Callable[[str, str, list[int], str], None],
+        jobs: Sequence[J],
+        on_done: Callable[[J, Any], None],
+        on_failure: Callable[[J, str], None],
     ) -> None:
-        """Run ``groups`` (where the tasks are, the shipped tree or None, paper id, snippet name,
-        task hash, samples); every record reaches ``on_record`` as its group finishes; a group
-        that fails for good (its node died more than ``max_retries`` times, the watchdog's
-        deadline passed, the worker raised) reaches ``on_failure`` with why."""
-        pending: dict[Any, tuple[tuple[str, Any, str, str, str, list[int]], float]] = {}
-        placed: dict[Any, str | None] = {}
+        """Run ``jobs``; each result reaches ``on_done`` as its job finishes; a job that fails
+        for good (its node died more than ``max_retries`` times, the watchdog's deadline
+        passed, it raised) reaches ``on_failure`` with why. The watchdog's clock starts when a
+        job is handed to Ray (warm: to a worker with a free slot, so when it starts)."""
+        queue: list[J] = list(jobs)
+        pending: dict[Any, tuple[J, str | None, float, float | None]] = {}
         moved: dict[str, int] = {}
-        for g in groups:
-            ref, node = self._submit(g, cfg_json, run_id)
-            pending[ref] = (g, time.monotonic())
-            placed[ref] = node
-        while pending:
-            wait = 5.0
-            if self.deadline_s is not None:  # wake up in time for the earliest deadline
-                now = time.monotonic()
-                wait = min(
-                    wait,
-                    *(self.deadline_s * max(1, len(g[5])) - (now - t) for g, t in pending.values()),
-                )
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.05, wait))
+
+        def submit(job: J, node: str | None) -> None:
+            if node is None:
+                ref = self.cold.remote(job, self.attempts)
+            else:
+                self.load[node] += 1
+                ref = self.workers[node].run.remote(job, self.attempts)
+            pending[ref] = (job, node, time.monotonic(), job.deadline_s())
+
+        while queue or pending:
+            if not self.warm:
+                for job in queue:
+                    submit(job, None)
+                queue.clear()
+            elif not self.workers:
+                for job in queue:
+                    on_failure(job, "no worker is left: every node with sandbox slots is gone")
+                queue.clear()
+            else:
+                if queue:
+                    self._replace_stuck()
+                for job in list(queue):
+                    node = self._place(job)
+                    if node is not None:
+                        queue.remove(job)
+                        submit(job, node)
+            if not pending:
+                continue
             now = time.monotonic()
+            wait = min(  # wake up in time for the earliest deadline
+                [5.0] + [t + d - now for _j, _n, t, d in pending.values() if d is not None]
+            )
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.05, wait))
             for ref in ready:
-                g, _start = pending.pop(ref)
-                node = placed.pop(ref, None)
+                job, node, _t, _d = pending.pop(ref)
                 if node is not None:
                     self.load[node] -= 1
                 try:
-                    records = ray.get(ref)
+                    result = ray.get(ref)
                 except ray.exceptions.RayActorError as exc:
-                    # warm mode: the worker's node is gone; its groups run again on another
+                    # warm mode: the worker's node is gone; its jobs run again on another
                     # worker (Ray retries tasks, not calls on a dead actor)
                     self.workers.pop(node or "", None)
-                    key = f"{g[2]}/{g[3]}"
-                    moved[key] = moved.get(key, 0) + 1
-                    if not self.workers or moved[key] > self.max_retries:
-                        on_failure(g[2], g[3], g[5], f"{type(exc).__name__}: {str(exc)[:500]}")
-                        continue
-                    again, where = self._submit(g, cfg_json, run_id)
-                    pending[again] = (g, time.monotonic())
-                    placed[again] = where
+                    moved[job.key] = moved.get(job.key, 0) + 1
+                    if node is None or moved[job.key] > self.max_retries:
+                        on_failure(job, _why(exc))
+                    else:
+                        queue.insert(0, job)
                     continue
                 except Exception as exc:
-                    on_failure(g[2], g[3], g[5], f"{type(exc).__name__}: {str(exc)[:500]}")
+                    on_failure(job, _why(exc))
                     continue
-                for data in records:
-                    on_record(EpisodeRecord.model_validate(data))
-            if self.deadline_s is not None:
-                for ref, (g, start) in list(pending.items()):
-                    if now - start > self.deadline_s * max(1, len(g[5])):
-                        ray.cancel(ref, force=placed.get(ref) is None)  # no force for actors
-                        pending.pop(ref)
-                        node = placed.pop(ref, None)
-                        if node is not None:
-                            self.load[node] -= 1
-                        on_failure(g[2], g[3], g[5], "the driver's watchdog deadline passed")
+                on_done(job, result)
+            now = time.monotonic()
+            for ref, (job, node, start, deadline) in list(pending.items()):
+                if deadline is not None and now - start > deadline:
+                    pending.pop(ref)
+                    if node is None:
+                        ray.cancel(ref, force=True)
+                    else:
+                        self.stuck[node] += 1
+                    on_failure(job, "the driver's watchdog deadline passed")
+
+    def results(self, jobs: Sequence[Job]) -> list[Any]:
+        """Every job's result, in order.
+
+        Raises:
+            RuntimeError: a job failed for good (each failure named).
+        """
+        done: dict[int, Any] = {}
+        failed: list[str] = []
+
+        def keep(job: Job, result: Any) -> None:
+            done[id(job)] = result
+
+        self.run(jobs, keep, lambda job, why: failed.append(f"{job.key}: {why}"))
+        if failed:
+            raise RuntimeError("; ".join(failed))
+        return [done[id(job)] for job in jobs]
 
     def close(self) -> None:
-        if self.workers:  # their sandboxes closed, then the workers themselves
-            with contextlib.suppress(Exception):
-                ray.get([w.close.remote() for w in self.workers.values()], timeout=60)
-            for w in self.workers.values():
-                with contextlib.suppress(Exception):
-                    ray.kill(w)
-            self.workers.clear()
+        _close_workers(list(self.workers.values()), timeout_s=60)
+        self.workers.clear()
+        with contextlib.suppress(Exception):
+            ray.kill(self.attempts)
         if self.own:
             ray.shutdown()
 
 
-def encode_config(cfg: Any) -> str:
-    return json.dumps(cfg.model_dump(mode="json"))
+def _close_workers(workers: list[Any], timeout_s: float) -> None:
+    """Their sandboxes closed, then the workers themselves."""
+    if not workers:
+        return
+    with contextlib.suppress(Exception):
+        ray.get([w.close.remote() for w in workers], timeout=timeout_s)
+    for w in workers:
+        with contextlib.suppress(Exception):
+            ray.kill(w)
+
+
+@dataclass(frozen=True)
+class EvalGroup:
+    """An evaluation's pending samples of one snippet, run one after another in the run's
+    configuration; its result is their records (JSON), each naming its node and attempt."""
+
+    task: TaskRef
+    samples: tuple[int, ...]
+    cfg: EvalConfig
+    run_id: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.task.id}:{list(self.samples)}"
+
+    @property
+    def sandbox(self) -> SandboxConfig:
+        return self.cfg.sandbox
+
+    @property
+    def home(self) -> str:
+        return self.task.paper_id
+
+    def deadline_s(self) -> float:
+        """Each sample may take its wall budget and its grading."""
+        per_sample = (self.cfg.budgets.max_wall_s or 1800.0) + self.cfg.grading.timeout_s
+        return watchdog_s(per_sample * len(self.samples), len(self.samples))
+
+    def run(self, node: Node) -> list[dict[str, Any]]:
+        from rcb_env import envs
+        from rcb_env.runner.episode import make_agent_factory, names_interpreter, run_episode
+
+        pset, paper, snippet = node.snippet(self.task)
+        ready = envs.availability(paper, interpreter_given=names_interpreter(self.cfg))
+        if ready.status != "ready":
+            raise RuntimeError(
+                f"node {node.id[:12]} is not prepared for {paper.id}: {ready.reason} (run "
+                "`rcb-env setup` there, or pull the images, before it joins)"
+            )
+        only = pset.model_copy(
+            update={"papers": (paper.model_copy(update={"snippets": (snippet,)}),)}
+        )
+        new_agent = make_agent_factory(self.cfg, only)
+        out = []
+        for sample in self.samples:
+            record = run_episode(
+                paper, snippet, sample, new_agent(), self.cfg, node.factory, self.run_id
+            )
+            stamped = record.model_copy(update={"node": node.id, "attempt": node.attempt})
+            out.append(stamped.model_dump(mode="json"))
+        return out
+
+
+@dataclass(frozen=True)
+class _Grading:
+    """One body graded against a snippet (the reward-hack suite); its result is the verdict
+    (JSON)."""
+
+    task: TaskRef
+    index: int
+    body: str
+    sandbox: SandboxConfig
+    grading: GradingConfig
+
+    @property
+    def key(self) -> str:
+        return f"{self.task.id}:body{self.index}"
+
+    @property
+    def home(self) -> str:
+        return self.task.paper_id
+
+    def deadline_s(self) -> float:
+        """The body's test runs and the pristine paper's, each with its retries."""
+        return watchdog_s(2 * self.grading.timeout_s * (1 + self.grading.kill_retries))
+
+    def run(self, node: Node) -> dict[str, Any]:
+        from rcb_env.grading.grader import Grader
+
+        _pset, paper, snippet = node.snippet(self.task)
+        grader = Grader(self.grading, executor=node.factory.grading_executor(paper))
+        data: dict[str, Any] = grader.grade(paper, snippet, self.body).model_dump(mode="json")
+        return data
+
+
+@dataclass(frozen=True)
+class _PaperAudit:
+    """The leak audit of one paper; its result is the findings (JSON)."""
+
+    where: str
+    paper_id: str
+    sandbox: SandboxConfig
+
+    @property
+    def key(self) -> str:
+        return f"audit:{self.paper_id}"
+
+    @property
+    def home(self) -> str:
+        return self.paper_id
+
+    def deadline_s(self) -> None:
+        return None
+
+    def run(self, node: Node) -> list[dict[str, Any]]:
+        from rcb_env.validation.audit import audit
+
+        pset = node.tasks(self.where)
+        one = pset.model_copy(update={"papers": (pset.paper(self.paper_id),), "failures": ()})
+        return [f.model_dump(mode="json") for f in audit(one, node.factory)]
+
+
+def audit_on_ray(pset: Pset, sandbox: SandboxConfig) -> list[Finding]:
+    """The leak audit with one job per paper (connect first): the same findings as a local
+    audit, found on the nodes that run the episodes."""
+    from rcb_env.validation.audit import Finding
+
+    where = pset.benchmark or str(pset.root)
+    jobs = [_PaperAudit(where, p.id, sandbox) for p in pset.papers if p.snippets]
+    with RayDispatcher(None) as dispatcher:
+        found = dispatcher.results(jobs)
+    return [Finding.model_validate(f) for each in found for f in each]
+
+
+def grade_on_ray(
+    where: str,
+    paper_id: str,
+    snippet_name: str,
+    bodies: list[str],
+    sandbox: SandboxConfig,
+    grading: GradingConfig,
+) -> list[GradeResult]:
+    """Each body graded as a job (connect first): the reward-hack suite on the nodes."""
+    from rcb_env.grading.models import GradeResult
+
+    snippet = _tasks_on_node(where).paper(paper_id).snippet(snippet_name)
+    task = TaskRef(where, None, paper_id, snippet_name, task_hash(snippet))
+    jobs = [_Grading(task, i, body, sandbox, grading) for i, body in enumerate(bodies)]
+    with RayDispatcher(None) as dispatcher:
+        graded = dispatcher.results(jobs)
+    return [GradeResult.model_validate(r) for r in graded]

@@ -64,6 +64,7 @@ class SandboxFactory:
         self._prep_lock = threading.Lock()
         self.preparations = 0
         """Masked templates prepared so far (one per snippet, however many sandboxes)."""
+        self._prepared: set[Path] = set()
 
     @property
     def engine(self) -> Any:
@@ -91,7 +92,13 @@ class SandboxFactory:
             path = build_template(paper, snippet, dest)
             if fresh:
                 self.preparations += 1
+                self._prepared.add(dest)
         return path
+
+    def prepared(self, paper: Paper, snippet: Snippet) -> bool:
+        """Whether this factory has prepared the snippet's masked template."""
+        with self._prep_lock:
+            return self._templates / paper.slug / snippet.slug in self._prepared
 
     def create(self, paper: Paper, snippet: Snippet) -> Sandbox:
         """A started sandbox on a fresh copy of the snippet's masked workspace."""
