@@ -545,6 +545,42 @@ def test_run_statistics_of_a_combined_run_and_the_full_benchmark() -> None:
     assert st.parts["b"]["scaled@1"].estimate == pytest.approx(100.0)
 
 
+def test_the_report_ranks_runs_marks_tied_neighbours_and_sorts_snippets(tmp_path: Path) -> None:
+    from rcb_env.results import report
+
+    _write_run(tmp_path, "every", _all(True))
+    almost = _all(True)
+    almost["gamma/s1"] = [False]  # one line of 21: not distinguishable from "every"
+    _write_run(tmp_path, "almost", almost)
+    _write_run(tmp_path, "none", _all(False))
+    data = report.build([tmp_path], title="t")
+    runs = {r["id"]: r for r in data["runs"]}
+    assert [runs[x]["rank"] for x in ("every", "almost", "none")] == [1, 2, 3]
+    assert runs["every"]["runnable"]["scaled_ci"] == [100.0, 100.0]
+    low, high = runs["almost"]["runnable"]["scaled_ci"]
+    assert low <= runs["almost"]["runnable"]["scaled"] <= high
+    assert "plain_ci" in runs["none"]["runnable"]
+    ids = [r["id"] for r in data["runs"]]
+
+    def tied(run: str) -> set[str]:
+        return {ids[n["run"]] for n in runs[run]["neighbours"] if n["tied"]}
+
+    assert tied("every") == {"almost"}
+    assert tied("almost") == {"every"}  # "none" fails everywhere: every paper differs
+    assert tied("none") == set()
+    below = next(n for n in runs["every"]["neighbours"] if ids[n["run"]] == "almost")
+    assert below["difference"] == pytest.approx(-100 / 21, abs=1e-3)
+    assert set(runs["every"]["per_paper_ci"]) == {"alpha", "beta", "gamma"}
+    items = data["items"]
+    assert len(items) == 9
+    assert [x["solve_rate"] for x in items] == sorted((x["solve_rate"] for x in items),
+                                                      reverse=True)  # fmt: skip
+    assert items[-1]["snippet"] == "gamma/s1"
+    assert items[-1]["solve_rate"] == pytest.approx(100 / 3, abs=1e-3)
+    assert (items[-1]["solved_by"], items[-1]["runs"], items[-1]["kind"]) == (1, 3, "separates")
+    assert items[0]["solve_rate"] == pytest.approx(200 / 3, abs=1e-3)
+
+
 def test_a_single_paired_snippet_gets_no_interval_and_no_test(tmp_path: Path) -> None:
     run_a = _write_run(tmp_path, "a", {"alpha/s0": [True]})
     run_b = _write_run(tmp_path, "b", {"alpha/s0": [False]})
