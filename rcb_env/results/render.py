@@ -10,11 +10,14 @@ from rcb_env.results.inference import Estimate, Plan, RunStatistics
 from rcb_env.results.summary import Rates, Summary
 
 
-def interval(e: Estimate | None) -> str:
-    """``[low, high]`` of an estimate, or ``-``."""
+def interval(e: Estimate | None, beside: float | None = None) -> str:
+    """``[low, high]`` of an estimate, or ``-``; led by the estimate itself when it differs from
+    the rate shown ``beside`` it (pass@1 per snippet against the mean over sample indexes, which
+    differ when samples were lost to infrastructure failures)."""
     if e is None or e.low is None or e.high is None:
         return "-"
-    return f"[{e.low:.2f}, {e.high:.2f}]"
+    own = f"{e.estimate:.2f} " if beside is not None and abs(e.estimate - beside) >= 0.005 else ""
+    return f"{own}[{e.low:.2f}, {e.high:.2f}]"
 
 
 def print_summary(
@@ -32,8 +35,11 @@ def print_summary(
     if st is not None:
         table.add_column("infra", justify="right")
     extra = [f"{m}@{k}" for k in range(2, st.k + 1) for m in ("scaled", "plain")] if st else []
-    for key in extra:
-        table.add_column(f"{key} %", justify="right")
+    more = Table(title=f"pass@k with {st.level:.0%} intervals") if st and extra else None
+    if more is not None:
+        more.add_column("paper", no_wrap=True)
+        for key in extra:
+            more.add_column(f"{key} %", justify="right")
 
     def row(name: str, r: Rates, est: dict[str, Estimate] | None = None) -> None:
         std = s.samples > 1
@@ -45,16 +51,18 @@ def print_summary(
             f"{r.scaled:.2f}" + (f" ± {r.scaled_std:.2f}" if std else ""),
         ]
         if st is not None:
-            cells.append(interval((est or {}).get("scaled@1")))
+            cells.append(interval((est or {}).get("scaled@1"), r.scaled))
         cells.append(f"{r.plain:.2f}" + (f" ± {r.plain_std:.2f}" if std else ""))
         if st is not None:
-            cells.append(interval((est or {}).get("plain@1")))
+            cells.append(interval((est or {}).get("plain@1"), r.plain))
             first = next(iter((est or {}).values()), None)
             cells.append("-" if first is None else str(first.infra_episodes))
-        for key in extra:
-            e = (est or {}).get(key)
-            cells.append("-" if e is None else f"{e.estimate:.2f} {interval(e)}")
         table.add_row(*cells)
+        if more is not None:
+            more.add_row(name, *[
+                "-" if (e := (est or {}).get(key)) is None else f"{e.estimate:.2f} {interval(e)}"
+                for key in extra
+            ])  # fmt: skip
 
     for pid, rates in s.per_paper.items():
         row(pid, rates, st.per_paper.get(pid) if st else None)
@@ -78,6 +86,8 @@ def print_summary(
     if s.full is not None and s.totals is not None and s.totals.unavailable and not s.parts:
         row(f"full {s.totals.name or 'benchmark'}", s.full, st.full if st else None)
     out.print(table)
+    if more is not None:
+        out.print(more)
     if st is not None:
         out.print(_method_note(st.resamples, st.seed, st.level), highlight=False, soft_wrap=True)
     out.print(
@@ -121,7 +131,9 @@ def _method_note(resamples: int, seed: int, level: float) -> str:
     return (
         f"{level:.0%} intervals: paper-clustered bootstrap (papers resampled with their "
         f"snippets and samples; within one paper, its snippets), percentile, {resamples} "
-        f"resamples, seed {seed}; infrastructure failures are out of every rate (infra column)"
+        f"resamples, seed {seed}, around pass@1 (each snippet's mean over its scored samples; "
+        "shown before an interval where it differs from the mean over sample indexes); "
+        "infrastructure failures are out of every rate (infra column)"
     )
 
 
@@ -164,7 +176,8 @@ def print_comparison(
             rates = r.summary.per_paper.get(p)
             text = "-" if rates is None else f"{rates.scaled:.2f}"
             e = st.per_paper.get(p, {}).get("scaled@1") if st else None
-            cells.append(text + (f" {interval(e)}" if e is not None else ""))
+            beside = rates.scaled if rates is not None else None
+            cells.append(text + (f" {interval(e, beside)}" if e is not None else ""))
         per_paper.add_row(p, *cells)
     out.print(per_paper)
     named = [part.totals.name for r in rows for part in r.summary.parts if part.totals]
@@ -183,7 +196,8 @@ def print_comparison(
                 for i, rates in enumerate((part.overall, part.full) if part else (None, None)):
                     text = "-" if rates is None else f"{rates.scaled:.2f}"
                     e = st.parts.get(name or "", {}).get("scaled@1") if st and i == 0 else None
-                    cells.append(text + (f" {interval(e)}" if e is not None else ""))
+                    beside = rates.scaled if rates is not None else None
+                    cells.append(text + (f" {interval(e, beside)}" if e is not None else ""))
             bench.add_row(name or "", *cells)
         out.print(bench)
     if report is not None:
@@ -192,23 +206,17 @@ def print_comparison(
 
 
 def print_intervals(out: Console, report: ComparisonReport) -> None:
-    """Every run's rates (pass@1..k) with their intervals, the snippets they are over and the
-    infrastructure failures left out."""
-    keys = [key for key in dict.fromkeys(k for r in report.runs for k in r.metrics)]
+    """Every run's rates (pass@1..k) with their intervals, the snippets they are over, those
+    left out and the infrastructure failures left out."""
     table = Table(title=f"Rates with {report.level:.0%} intervals")
     table.add_column("run", no_wrap=True)
-    for col in ("snippets", "infra"):
-        table.add_column(col, justify="right")
-    for key in keys:
-        table.add_column(f"{key} %", justify="right")
-        table.add_column(f"{report.level:.0%} CI", justify="right", no_wrap=True)
+    table.add_column("metric", no_wrap=True)
+    for col in ("%", f"{report.level:.0%} CI", "snippets", "left out", "infra"):
+        table.add_column(col, justify="right", no_wrap=True)
     for r in report.runs:
-        first = r.metrics.get("scaled@1")
-        cells = [r.run, "-" if first is None else str(first.snippets), str(r.infra_errors)]
-        for key in keys:
-            e = r.metrics.get(key)
-            cells += ["-" if e is None else f"{e.estimate:.2f}", interval(e)]
-        table.add_row(*cells)
+        for key, e in r.metrics.items():
+            table.add_row(r.run, key, f"{e.estimate:.2f}", interval(e), str(e.snippets),
+                          str(e.excluded_snippets), str(e.infra_episodes))  # fmt: skip
     out.print(table)
 
 
