@@ -174,6 +174,18 @@ def test_the_report_of_real_runs_in_a_browser(runs: Path, driver: Any, tmp_path:
     assert "not comparable" in rows["tools"]["agent"]  # another task set than the oracle's
     snippets = len(_tasks().snippets)
     assert rows["oracle"]["snippets"].startswith(str(snippets))
+    # 95% intervals, the ranking and the statistically tied neighbours: oracle and null differ
+    # on every paper; tools (3 snippets of one paper, its snippets resampled) differs from
+    # neither at 5% (p = 16/27 against oracle, 2/27 against null)
+    assert rows["oracle"]["scaled 95% CI"] == "[100.00, 100.00]"
+    assert rows["null"]["plain 95% CI"] == "[0.00, 0.00]"
+    low, high = map(float, rows["tools"]["scaled 95% CI"].strip("[]").split(", "))
+    assert low <= 75.0 <= high
+    assert low < high
+    assert [rows[r]["rank"] for r in ("oracle", "tools", "null")] == ["1", "2", "3"]
+    assert rows["oracle"]["tied with"] == "≈ #2"
+    assert rows["tools"]["tied with"] == "≈ #1, #3"
+    assert rows["null"]["tied with"] == "≈ #2"
     # sorting by a header reorders the rows
     driver.execute_script("document.querySelectorAll('#leaderboard thead th')[2].click()")
     first = driver.execute_script(
@@ -191,6 +203,20 @@ def test_the_report_of_real_runs_in_a_browser(runs: Path, driver: Any, tmp_path:
     assert _count(driver, "#plot-length circle.pt") == 2 * bins + 2  # tools: 1 and 2-3 lines
     driver.execute_script("document.getElementById('matrix-section').scrollIntoView()")
     _shot(driver, "matrix")
+    # the item view: every snippet by its solve rate over the runs, the hardest last
+    assert _count(driver, "#items tbody tr.item") == snippets
+    solve = driver.execute_script(
+        "return [...document.querySelectorAll('#items tbody tr')].map(tr => "
+        "[tr.dataset.snippet, parseFloat(tr.children[2].textContent)])"
+    )
+    assert [rate for _, rate in solve] == sorted((rate for _, rate in solve), reverse=True)
+    assert solve[-1] == ["adamw-warmup/first moment", 33.3]  # oracle only, of three runs
+    assert solve[0][1] == 66.7  # oracle and tools, not null
+    assert "separate the runs" in driver.execute_script(
+        "return document.getElementById('items-note').textContent"
+    )
+    driver.execute_script("document.getElementById('items-section').scrollIntoView()")
+    _shot(driver, "items")
     # a failed cell of the tools run opens its episode: its diff and its test results
     tools = next(i for i, r in enumerate(json.loads(_data(driver))["runs"]) if r["id"] == "tools")
     driver.execute_script(
@@ -256,6 +282,15 @@ def test_the_published_results_give_the_papers_rows_with_its_numbers(
         assert entry["llm_cfg"]["pretty_name"] in row["agent"]
     assert rows["imported-GEMINI_2_5_PRO_PREVIEW_05_06"]["scaled % (full)"] == "37.34"
     assert _count(driver, "#matrix rect.cell") == 212 * len(stats)
+    for row in rows.values():  # every rate with its interval
+        low, high = map(float, row["scaled 95% CI"].strip("[]").split(", "))
+        assert low <= float(row["scaled % (runnable)"]) <= high
+    # the two best are 3.80 points apart, p = 0.058 (paired, papers resampled): tied
+    top = rows["imported-GEMINI_2_5_PRO_PREVIEW_05_06"]
+    assert top["rank"] == "1"
+    assert rows["imported-GEMINI_2_5_PRO_PREVIEW_03_25"]["rank"] == "2"
+    assert "#2" in top["tied with"]
+    assert _count(driver, "#items tbody tr.item") == 212
     _shot(driver, "published")
     assert browser.console_errors(driver) == []
 

@@ -2,29 +2,78 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
 
 from rcb_env.cli._app import _load, _shown, cli, err, out
-from rcb_env.errors import RcbError
-from rcb_env.results.compare import compare
+from rcb_env.errors import ConfigError, RcbError
+from rcb_env.results import stats
+from rcb_env.results.compare import compare_statistics, load_runs, run_row
 from rcb_env.results.imported import import_results
-from rcb_env.results.render import print_comparison, print_summary
+from rcb_env.results.inference import Bootstrap, plan, run_statistics, scores
+from rcb_env.results.records import read_records
+from rcb_env.results.render import print_comparison, print_plan, print_summary
 from rcb_env.results.summary import summarize_run
+
+
+def bootstrap_options(f: Any) -> Any:
+    """--samples, --resamples, --seed: how rates and their intervals are computed."""
+    for option in reversed(
+        (
+            click.option(
+                "--samples",
+                "k",
+                type=click.IntRange(min=1),
+                default=1,
+                show_default=True,
+                help="Report pass@1..K (pass@1: the mean over each snippet's samples; pass@j: "
+                "the unbiased 1 - C(n-c, j)/C(n, j) per snippet, then the line weighting).",
+            ),
+            click.option(
+                "--resamples",
+                type=click.IntRange(min=100),
+                default=stats.DEFAULT_RESAMPLES,
+                show_default=True,
+                help="Bootstrap resamples (papers drawn with replacement).",
+            ),
+            click.option(
+                "--seed",
+                type=int,
+                default=stats.DEFAULT_SEED,
+                show_default=True,
+                help="The bootstrap's seed (numpy default_rng).",
+            ),
+        )
+    ):
+        f = option(f)
+    return f
 
 
 @cli.command()
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--json", "as_json", is_flag=True)
-def summary(run_dir: Path, as_json: bool) -> None:
-    """Scaled and plain pass rates of a run, overall and per paper."""
+@bootstrap_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON document (the summary and, under "
+              "'statistics', every rate with its interval).")  # fmt: skip
+def summary(run_dir: Path, k: int, resamples: int, seed: int, as_json: bool) -> None:
+    """Scaled and plain pass rates of a run, overall and per paper, with 95% intervals
+    (paper-clustered bootstrap)."""
     s = summarize_run(run_dir)
+    st = run_statistics(
+        read_records(run_dir / "episodes.jsonl"),
+        s.totals,
+        k=k,
+        boot=Bootstrap(resamples=resamples, seed=seed),
+    )
     if as_json:
-        out.print_json(s.model_dump_json())
+        doc = s.model_dump(mode="json")
+        doc["statistics"] = st.model_dump(mode="json")
+        out.print_json(json.dumps(doc))
     else:
-        print_summary(out, s, _shown(run_dir))
+        print_summary(out, s, _shown(run_dir), st)
 
 
 @cli.command(name="compare")
@@ -35,9 +84,93 @@ def summary(run_dir: Path, as_json: bool) -> None:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
 )
 @click.option("--force", is_flag=True, help="Compare runs with different tasks or budgets anyway.")
-def compare_cmd(run_dirs: tuple[Path, ...], force: bool) -> None:
-    """Runs side by side: pass rates (± std), tokens, cost, steps, time, infra errors."""
-    print_comparison(out, compare(list(run_dirs), force=force))
+@click.option("--baseline", help="The run the others are compared with (folder or name; default: "
+              "the first).")  # fmt: skip
+@click.option("--paper", "papers", multiple=True, help="Only this paper's snippets (repeatable).")
+@bootstrap_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON document: every rate with its "
+              "interval, every run against the baseline.")  # fmt: skip
+def compare_cmd(
+    run_dirs: tuple[Path, ...],
+    force: bool,
+    baseline: str | None,
+    papers: tuple[str, ...],
+    k: int,
+    resamples: int,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """Runs side by side: pass rates with 95% intervals, tokens, cost, steps, time, infra
+    errors; then every run against the baseline, paired by snippet: the difference, its
+    interval, p-value (Holm-corrected for several runs) and the smallest detectable
+    difference."""
+    loaded = load_runs(list(run_dirs), force=force, papers=papers)
+    report = compare_statistics(
+        list(run_dirs),
+        baseline=baseline,
+        k=k,
+        boot=Bootstrap(resamples=resamples, seed=seed),
+        loaded=loaded,
+    )
+    if as_json:
+        out.print_json(report.model_dump_json())
+    else:
+        print_comparison(out, [run_row(r) for r in loaded], report)
+
+
+@cli.command(name="plan")
+@click.option("--baseline", required=True,
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="A run of the baseline (its snippets and variance).")  # fmt: skip
+@click.option("--difference", required=True, type=click.FloatRange(min=0, min_open=True),
+              help="The difference to detect, in points (percentage points).")  # fmt: skip
+@click.option("--against", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="A pilot run of the candidate on the same snippets (measures how the two "
+              "differ snippet by snippet).")  # fmt: skip
+@click.option("--paper", "papers", multiple=True, help="Only this paper's snippets (repeatable).")
+@click.option("--metric", type=click.Choice(["scaled", "plain"]), default="scaled",
+              show_default=True)  # fmt: skip
+@click.option("--power", type=click.FloatRange(0.5, 1, max_open=True), default=0.8,
+              show_default=True)  # fmt: skip
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
+              show_default=True, help="Two-sided level.")  # fmt: skip
+@click.option("--resamples", type=click.IntRange(min=100), default=stats.DEFAULT_RESAMPLES,
+              show_default=True)  # fmt: skip
+@click.option("--seed", type=int, default=stats.DEFAULT_SEED, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def plan_cmd(
+    baseline: Path,
+    difference: float,
+    against: Path | None,
+    papers: tuple[str, ...],
+    metric: str,
+    power: float,
+    alpha: float,
+    resamples: int,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """How many samples per snippet a comparison with the baseline needs to detect a
+    difference of the given size (80% power, 5% level by default)."""
+    runs = [baseline] if against is None else [baseline, against]
+    loaded = load_runs(runs, force=True, papers=papers)
+    try:
+        result = plan(
+            scores(loaded[0].records),
+            difference,
+            against=scores(loaded[1].records) if against is not None else None,
+            names=(_shown(baseline), _shown(against) if against is not None else None),
+            metric="plain" if metric == "plain" else "scaled",
+            alpha=alpha,
+            power=power,
+            boot=Bootstrap(resamples=resamples, seed=seed),
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if as_json:
+        out.print_json(result.model_dump_json())
+    else:
+        print_plan(out, result)
 
 
 @cli.command(name="import-results")

@@ -15,6 +15,7 @@ import base64
 import gzip
 import hashlib
 import html
+import itertools
 import json
 import statistics
 from collections.abc import Iterable
@@ -23,6 +24,8 @@ from typing import Any
 
 from rcb_env.errors import ConfigError
 from rcb_env.results.compare import IMPORTED
+from rcb_env.results.inference import Bootstrap, Estimate, SnippetScore, compare_pair, estimate
+from rcb_env.results.inference import scores as snippet_scores
 from rcb_env.results.records import EpisodeRecord, final_records, read_records
 from rcb_env.results.summary import Rates, Summary, summarize, summarize_run
 
@@ -61,10 +64,12 @@ def _clip(text: str | None, limit: int = MAX_TEXT) -> str:
     return f"{text[:limit]}\n… ({len(text) - limit} more characters in the record)"
 
 
-def _rates(r: Rates | None) -> dict[str, Any] | None:
+def _rates(
+    r: Rates | None, scaled: Estimate | None = None, plain: Estimate | None = None
+) -> dict[str, Any] | None:
     if r is None:
         return None
-    return {
+    out: dict[str, Any] = {
         "scaled": round(r.scaled, 4),
         "scaled_std": round(r.scaled_std, 4),
         "plain": round(r.plain, 4),
@@ -73,6 +78,56 @@ def _rates(r: Rates | None) -> dict[str, Any] | None:
         "passed": r.passed,
         "weight": r.weight,
     }
+    for key, e in (("scaled_ci", scaled), ("plain_ci", plain)):
+        if e is not None and e.low is not None and e.high is not None:
+            out[key] = [round(e.low, 4), round(e.high, 4)]
+    return out
+
+
+def _ranking(runs: list[dict[str, Any]], scored: list[dict[str, SnippetScore]],
+             boot: Bootstrap) -> None:  # fmt: skip
+    """Rank the runs by their runnable scaled rate and test each against its neighbour below,
+    paired by snippet (``compare``'s test, unadjusted): ``tied`` lists the neighbours whose
+    difference is not significant at 5%."""
+    ranked = sorted((i for i, r in enumerate(runs) if r["runnable"]),
+                    key=lambda i: -runs[i]["runnable"]["scaled"])  # fmt: skip
+    for position, i in enumerate(ranked, 1):
+        runs[i]["rank"] = position
+    for upper, lower in itertools.pairwise(ranked):
+        pair = compare_pair(scored[upper], scored[lower], boot=boot)
+        m = pair.metrics.get("scaled@1")
+        if m is None or m.p_value is None:
+            continue
+        for i, j in ((upper, lower), (lower, upper)):
+            runs[i]["neighbours"].append(
+                {"run": j, "difference": round(m.difference if i == upper else -m.difference, 4),
+                 "p": round(m.p_value, 4), "tied": not m.significant}
+            )  # fmt: skip
+
+
+def _items(snippets: list[dict[str, Any]], cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per snippet, its solve rate over every run that scored it (each run's pass@1 on it,
+    averaged over the runs): the hardest last."""
+    per: dict[str, dict[int, list[int]]] = {}
+    for c in cells:
+        if c["outcome"] == "infra":
+            continue
+        acc = per.setdefault(c["snippet"], {}).setdefault(c["run"], [0, 0])
+        acc[0] += c["outcome"] == "passed"
+        acc[1] += 1
+    items = []
+    for s in snippets:
+        rates = [passed / n for passed, n in per.get(s["id"], {}).values()]
+        if not rates:
+            continue
+        solve = statistics.fmean(rates)
+        items.append(
+            {"snippet": s["id"], "paper": s["paper"], "weight": s["weight"],
+             "solve_rate": round(100 * solve, 4), "runs": len(rates),
+             "solved_by": sum(1 for x in rates if x > 0),
+             "kind": "nobody" if solve == 0 else "everybody" if solve == 1 else "separates"}
+        )  # fmt: skip
+    return sorted(items, key=lambda x: (-x["solve_rate"], x["snippet"]))
 
 
 def _label(manifest: dict[str, Any], records: list[EpisodeRecord]) -> str:
@@ -211,14 +266,28 @@ def build(
     runs: list[dict[str, Any]] = []
     episodes: list[dict[str, Any]] = []
     cells: list[dict[str, Any]] = []
+    scored: list[dict[str, SnippetScore]] = []
+    boot = Bootstrap()
     for i, (d, m, records) in enumerate(zip(dirs, manifests, all_records, strict=True)):
         summary: Summary = summarize_run(d)
         imported = IMPORTED in m
         cfg = m.get("config", {})
         runnable = summary.overall
+        scope = records
         if imported and ref_snippets:  # rated on the snippets run here too
             scope = [r for r in records if r.snippet_id in ref_snippets]
             runnable = summarize(scope).overall if scope else None
+        score = snippet_scores(scope)
+        scored.append(score)
+        scaled_ci = estimate(score, "scaled", boot=boot)
+        plain_ci = estimate(score, "plain", boot=boot)
+        per_paper_ci = {}
+        every = snippet_scores(records) if scope is not records else score
+        for paper in summary.per_paper:  # (over all of a run's snippets, as the bars are)
+            inside = {k: v for k, v in every.items() if v.paper == paper}
+            e = estimate(inside, "scaled", boot=boot, by="snippet")
+            if e is not None and e.low is not None and e.high is not None:
+                per_paper_ci[paper] = [round(e.low, 4), round(e.high, 4)]
         full = summary.full if not imported else summary.overall
         comparable, why = True, ""
         if imported and local and not ({r.snippet_id for r in records} & ref_snippets):
@@ -238,10 +307,11 @@ def build(
                 "agent": cfg.get("agent"),
                 "model": (cfg.get("model") or {}).get("spec"),
                 "samples": summary.samples,
-                "runnable": _rates(runnable),
+                "runnable": _rates(runnable, scaled_ci, plain_ci),
                 "full": _rates(full),
                 "full_snippets": summary.totals.snippets if summary.totals else None,
                 "per_paper": {p: round(r.scaled, 4) for p, r in summary.per_paper.items()},
+                "per_paper_ci": per_paper_ci,
                 "episodes": summary.episodes,
                 "tokens": sum(r.tokens for r in records),
                 "cost": round(sum(r.cost for r in records), 6),
@@ -254,6 +324,8 @@ def build(
                 "budgets": cfg.get("budgets"),
                 "comparable": comparable,
                 "not_comparable_because": why,
+                "rank": None,
+                "neighbours": [],
             }
         )
         for r in records:
@@ -273,13 +345,17 @@ def build(
     for s in snippets:
         s["weight"] = s["weight"] if s["weight"] is not None else weights.get(s["id"])
     keep = {s["id"] for s in snippets}
+    kept = [c for c in cells if c["snippet"] in keep]
+    _ranking(runs, scored, boot)
     return {
         "schema": SCHEMA,
         "title": title or "rcb-env report",
+        "bootstrap": {"resamples": boot.resamples, "seed": boot.seed, "level": boot.level},
         "runs": runs,
         "snippets": snippets,
         "papers": list(dict.fromkeys(s["paper"] for s in snippets)),
-        "cells": [c for c in cells if c["snippet"] in keep],
+        "cells": kept,
+        "items": _items(snippets, kept),
         "episodes": episodes,
         "statements": statements,
     }

@@ -34,11 +34,17 @@
   function runsHaveSamples() { return runs.some((r) => r.samples > 1); }
 
   // ---- leaderboard -------------------------------------------------------------------------
+  const ci = (r, key) => (r && r[key] ? `[${fmt(r[key][0])}, ${fmt(r[key][1])}]` : "–");
+  const tied = (r) => r.neighbours.filter((n) => n.tied).map((n) => "#" + runs[n.run].rank).join(", ");
   const columns = [
     ["run", (r) => r.id, "text"],
     ["agent", (r) => r.label, "text"],
     ["scaled % (runnable)", (r) => r.runnable && r.runnable.scaled, "scaled", (r) => pm(r.runnable, "scaled")],
+    ["scaled 95% CI", (r) => r.runnable && r.runnable.scaled_ci && r.runnable.scaled_ci[0], "ci scaled-ci", (r) => ci(r.runnable, "scaled_ci")],
+    ["rank", (r) => r.rank, "rank"],
+    ["tied with", (r) => tied(r), "text tied", (r) => (tied(r) ? "≈ " + tied(r) : "")],
     ["plain % (runnable)", (r) => r.runnable && r.runnable.plain, "plain", (r) => pm(r.runnable, "plain")],
+    ["plain 95% CI", (r) => r.runnable && r.runnable.plain_ci && r.runnable.plain_ci[0], "ci plain-ci", (r) => ci(r.runnable, "plain_ci")],
     ["scaled % (full)", (r) => r.full && r.full.scaled, "full-scaled", (r) => fmt(r.full && r.full.scaled)],
     ["plain % (full)", (r) => r.full && r.full.plain, "full-plain", (r) => fmt(r.full && r.full.plain)],
     ["snippets", (r) => r.runnable && r.runnable.snippets, "snippets", (r) => (r.runnable ? r.runnable.snippets : "–") + (r.full_snippets ? " / " + r.full_snippets : "")],
@@ -76,6 +82,9 @@
       return el("tr", { class: cls, "data-run": i }, columns.map(([, value, c, show], j) => {
         const text = show ? show(r) : value(r);
         const cell = el("td", { class: c }, text === null || text === undefined ? "–" : text);
+        if (c.startsWith("text tied") && r.neighbours.length) {
+          cell.title = r.neighbours.map((n) => `#${runs[n.run].rank} ${runs[n.run].id}: ${n.difference >= 0 ? "+" : ""}${fmt(n.difference)} points, p = ${fmt(n.p, 4)}${n.tied ? " (tied)" : ""}`).join("\n");
+        }
         if (j === 1) {
           cell.prepend(el("i", { style: `display:inline-block;width:10px;height:10px;margin-right:6px;background:${colour[i]}` }));
           if (r.kind === "published") cell.append(el("span", { class: "badge" }, "published"));
@@ -88,6 +97,8 @@
     $("board-note").textContent =
       "Scaled = 100·Σ(L·p)/ΣL, plain = 100·Σp/n (mean ± population std over samples). " +
       "Runnable: the snippets that ran here; full: the whole benchmark (what could not run counts as not passed). " +
+      `95% CI: paper-clustered bootstrap (${D.bootstrap.resamples} resamples, seed ${D.bootstrap.seed}). ` +
+      "Rank: by scaled rate; tied with: the rank of a neighbour in that ranking from which the run does not differ at the 5% level (paired by snippet, two-sided bootstrap p ≥ 0.05; hover for the difference and p). " +
       (pub ? `${pub} published row(s): the paper's results (greedy, one sample), their runnable rate on the snippets run here. ` : "") +
       "Click a header to sort.";
   }
@@ -124,7 +135,8 @@
         if (v === undefined) return;
         const bh = (v / 100) * (h - m.t - m.b);
         const bar = sv("rect", { class: "bar", x: x0 + ri * bw, y: h - m.b - bh, width: Math.max(1, bw - 1), height: Math.max(0.5, bh), fill: colour[ri], "data-run": ri, "data-paper": p });
-        bar.append(sv("title", {}, `${r.label} · ${p}: ${v.toFixed(2)}%`));
+        const band = r.per_paper_ci && r.per_paper_ci[p];
+        bar.append(sv("title", {}, `${r.label} · ${p}: ${v.toFixed(2)}%` + (band ? ` [95% CI ${band[0].toFixed(2)}, ${band[1].toFixed(2)}]` : "")));
         svg.append(bar);
       });
       svg.append(sv("text", { x: x0 + group / 2 - 5, y: h - m.b + 8, transform: `rotate(45 ${x0 + group / 2 - 5} ${h - m.b + 8})` }, p));
@@ -210,6 +222,18 @@
         svg.append(rect);
       });
     });
+  }
+
+  // ---- item view ---------------------------------------------------------------------------
+  function renderItems() {
+    const items = D.items || [];
+    const count = (k) => items.filter((x) => x.kind === k).length;
+    $("items-note").textContent = `${items.length} snippets, sorted by their solve rate: the mean over every run and published model that scored the snippet of its pass rate on it (a difficulty estimate). ` +
+      `Everybody solves ${count("everybody")}, nobody solves ${count("nobody")}, ${count("separates")} separate the runs.`;
+    $("items").tBodies[0].replaceChildren(...items.map((x) => el("tr", { class: "item " + x.kind, "data-snippet": x.snippet },
+      el("td", { class: "text" }, x.snippet), el("td", {}, x.weight ?? "–"),
+      el("td", { class: "solve" }, fmt(x.solve_rate, 1), el("i", { class: "meter", style: `width:${Math.round(x.solve_rate * 0.6)}px` })),
+      el("td", {}, `${x.solved_by} / ${x.runs}`), el("td", { class: "text" }, x.kind === "separates" ? "separates runs" : x.kind + " solves it"))));
   }
 
   // ---- episode list ------------------------------------------------------------------------
@@ -336,6 +360,7 @@
   plotLength();
   plotCost();
   plotMatrix();
+  renderItems();
   fillFilters();
   renderList();
   const m = /^#episode-(\d+)$/.exec(location.hash);
