@@ -103,3 +103,26 @@ def test_what_differs_between_backends_is_the_backends_own() -> None:
         assert executor.warm is None  # the local backend grades cold
     finally:
         factory.close()
+
+
+def test_no_code_outside_the_registry_compares_a_backends_name() -> None:
+    """Backend names appear in comparisons only where ``auto`` is told apart from a name (the
+    registry and the backend contract); a backend is never chosen by comparing its name."""
+    import re
+    from pathlib import Path
+
+    import rcb_env
+
+    root = Path(rcb_env.__file__).parent
+    names = "|".join(["auto", "bwrap", "docker", "local"])
+    pattern = re.compile(
+        rf"""[!=]=\s*["']({names})["']|["']({names})["']\s*[!=]=|in\s*\(["']({names})["']"""
+    )
+    found = [
+        f"{path.relative_to(root)}:{n}"
+        for path in sorted(root.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    allowed = {"sandbox/backend.py", "sandbox/registry.py"}
+    assert [f for f in found if f.split(":")[0] not in allowed] == []

@@ -13,12 +13,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from rcb_env import config as settings
+from rcb_env.errors import ConfigError
 from rcb_env.execution import ExecResult
+from rcb_env.sandbox import registry
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox import workspace as ws
 
@@ -117,7 +118,8 @@ class Limits(BaseModel):
 
 
 class SandboxConfig(BaseModel):
-    """How episodes are sandboxed."""
+    """How episodes are sandboxed. What only one backend has (docker's base image, bwrap's
+    cgroups) is in :attr:`options`, that backend's own settings."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -125,7 +127,10 @@ class SandboxConfig(BaseModel):
     """``auto`` probes bwrap and uses it when it really runs; ``local`` must be asked for; any
     registered backend by name."""
     options: dict[str, Any] = {}
-    """Settings of the chosen backend, validated by its own model (``Backend.options_model``)."""
+    """Settings of the chosen backend, validated by its own model (``Backend.options_model``:
+    :class:`~rcb_env.sandbox.docker.DockerOptions`, :class:`~rcb_env.sandbox.bwrap.BwrapOptions`).
+    For a backend named here, checked now and kept complete (defaults filled in); for ``auto``,
+    kept as given and checked once resolved."""
     limits: Limits = Limits()
     """Resource limits per sandbox."""
     command_timeout_s: float = 120.0
@@ -136,18 +141,6 @@ class SandboxConfig(BaseModel):
     """Unprivileged user the sandboxed processes run as, when rcb-env runs as root."""
     python: Path | None = None
     """Task interpreter (bound read-only in the sandbox); default: the configured task python."""
-    docker_base: str = Field(default_factory=settings.docker_base)
-    """docker: the base the paper images were built from (part of their tag)."""
-    pool_size: int = 0
-    """docker: started containers kept ready per image, so an episode does not wait for one."""
-    cgroup_parent: str = "rcb-env"
-    """bwrap: the cgroup under which each sandbox gets its own group. Point it at a group you
-    limit yourself to cap what all sandboxes together may use."""
-    cgroup_limits: Literal["required", "best-effort", "off"] = "required"
-    """bwrap: ``required`` refuses to run when the memory or pids limit cannot be set (cgroup v1
-    or v2), ``best-effort`` sets what it can, ``off`` relies on rlimits alone."""
-    read_only: tuple[Path, ...] = ()
-    """bwrap: more host folders bound read-only at their own paths (a paper's asset cache)."""
     env: dict[str, str] = {}
     """More environment variables of the sandbox's shell (a paper's overlay ``env``)."""
     warm_grading: bool = True
@@ -156,18 +149,40 @@ class SandboxConfig(BaseModel):
     warm_processes: int = Field(default=4, ge=1)
     """Warm processes kept alive at once per sandbox factory (each holds its paper's imports:
     some hundred MiB with torch); the least recently used idle one makes room."""
-    cgroup_root: Path = Path("/sys/fs/cgroup")
-    """bwrap: where the cgroup hierarchies are mounted (or a delegated v2 subtree)."""
 
-    @field_validator("cgroup_parent")
+    @model_validator(mode="before")
     @classmethod
-    def _relative_group(cls, value: str) -> str:
-        parts = value.split("/")
-        if value.startswith("/") or not value or any(p in ("", ".", "..") for p in parts):
-            raise ValueError(
-                f"cgroup_parent must be a relative group path like 'rcb-env': {value!r}"
-            )
-        return value
+    def _no_backend_settings_here(cls, data: Any) -> Any:
+        """A backend's own setting given at the top level (where older versions had it) is
+        refused with where it goes now."""
+        if isinstance(data, Mapping):
+            for key, value in data.items():
+                owners = [] if key in cls.model_fields else registry.owners(str(key))
+                if owners:
+                    raise ValueError(
+                        f"{key} is a {' and '.join(owners)} option: "
+                        f"SandboxConfig(options={{{key!r}: {value!r}}})"
+                    )
+        return data
+
+    @field_validator("options")
+    @classmethod
+    def _backend_options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        name = info.data.get("backend")
+        model = registry.options_model(name) if isinstance(name, str) else None
+        if name is None or model is None:
+            return value
+        try:
+            checked = registry.check_options(name, model, value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        complete: dict[str, Any] = checked.model_dump(mode="json")
+        return complete
+
+    def with_options(self, **changes: Any) -> SandboxConfig:
+        """This config with these backend settings changed (checked as a new config)."""
+        data = {**self.model_dump(), "options": {**self.options, **changes}}
+        return SandboxConfig.model_validate(data)
 
 
 _live: weakref.WeakSet[Sandbox] = weakref.WeakSet()
