@@ -1,5 +1,6 @@
-"""The contracts: an :class:`Executor` runs one command to completion (grading); a
-:class:`Sandbox` holds an episode's workspace and a persistent shell (tools)."""
+"""The contracts: an :class:`Executor` runs one command to completion (grading), and a
+:class:`GradingRun` is what the grader hands it; a :class:`Sandbox` holds an episode's workspace
+and a persistent shell (tools)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ import threading
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from rcb_env.errors import ConfigError
+from rcb_env.errors import ConfigError, SandboxError
 from rcb_env.execution import ExecResult
 from rcb_env.sandbox import registry
 from rcb_env.sandbox import scratch as scratch_dirs
@@ -26,13 +29,20 @@ from rcb_env.sandbox import workspace as ws
 __all__ = [
     "HOST_OWNED",
     "BackendName",
+    "Command",
     "ExecResult",  # defined in the leaf rcb_env.execution; imported from here too
     "Executor",
+    "GradingCopy",
+    "GradingRun",
     "Limits",
     "Sandbox",
     "SandboxConfig",
+    "WarmGrading",
     "chown_tree",
 ]
+
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 
 
 class Executor(Protocol):
@@ -66,33 +76,100 @@ class Executor(Protocol):
 
 class WarmGrading(Protocol):
     """An executor's warm grading: runs forked from a long-lived process of the paper's
-    environment (:class:`rcb_env.sandbox.warm.WarmExecutor`). Every method may raise
-    :class:`rcb_env.sandbox.warm.WarmUnavailable`: grade cold then, with :attr:`cold`."""
+    environment (:class:`rcb_env.sandbox.warm.WarmExecutor`), and cold on the executor it wraps
+    when that process cannot be had. :func:`rcb_env.sandbox.runs.execute` uses it."""
 
-    cold: Executor
-    """The executor to grade with when the warm path is unavailable."""
-
-    def area(self, env: Mapping[str, str], python: str) -> Path:
-        """Where a grading copy for a run with ``env`` under ``python`` must be made."""
+    def attempt(self, run: GradingRun[R], scratch: Path) -> R:
+        """One attempt of ``run`` in a fresh copy: in the warm process (a new one first runs
+        the pristine paper, :meth:`GradingRun.probe`), or, when the warm path is unavailable,
+        cold in ``scratch`` (its result's path says why)."""
         ...
 
-    def claim_probe(self, env: Mapping[str, str], python: str) -> bool:
-        """Is the caller to make the next run the probe of a new warm process?"""
+    def start(self, env: Mapping[str, str], python: str) -> bool:
+        """Start the warm process of runs with ``env`` under ``python`` now, ahead of them;
+        True if one is live (a failure is quiet: the runs decide)."""
         ...
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Path,
-        env: Mapping[str, str],
-        timeout_s: float,
-        needles: tuple[str, ...] = (),
-        writable: Path | None = None,
-        probe: bool = False,
-    ) -> ExecResult:
-        """One run, as :meth:`Executor.run`; ``probe``: a run of the pristine paper whose
-        imports the warm process then adds."""
+
+@dataclass(frozen=True)
+class Command:
+    """What one grading attempt runs in its copy."""
+
+    argv: tuple[str, ...]
+    cwd: Path
+    env: Mapping[str, str]
+    timeout_s: float
+    needles: tuple[str, ...] = ()
+    """Words to look for in the whole output (:attr:`ExecResult.found`)."""
+
+
+class GradingCopy(Protocol[R_co]):
+    """One attempt's fresh copy, laid out by the grader: the command to run in it, and the
+    verdict on what the run did."""
+
+    @property
+    def workdir(self) -> Path:
+        """The copy's folder: the only one the run may write."""
+        ...
+
+    @property
+    def command(self) -> Command: ...
+
+    def judge(self, ran: ExecResult, path: str) -> R_co:
+        """The result of the run that ``ran`` reports (the copy still exists); ``path``: how
+        it ran (``warm``, ``cold``, ``cold: <why>``)."""
+        ...
+
+    def unrunnable(self, exc: SandboxError, path: str) -> R_co:
+        """The result when the sandbox could not run the command at all."""
+        ...
+
+
+class GradingRun(Protocol[R]):
+    """A grading run as the grader lays it out and judges it (:mod:`rcb_env.grading.grader`).
+    Where each attempt's copy is made, warm or cold, and whether to run again, is
+    :func:`rcb_env.sandbox.runs.execute`'s."""
+
+    @property
+    def name(self) -> str:
+        """What it grades (for the logs)."""
+        ...
+
+    @property
+    def python(self) -> str:
+        """The interpreter the command starts."""
+        ...
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        """The environment of every run of its paper but the per-run folders (a warm
+        process's key)."""
+        ...
+
+    @property
+    def pristine(self) -> bool:
+        """It runs the paper as published (a reference): it may be a new warm process's
+        probe itself."""
+        ...
+
+    def copy(self, parent: Path) -> AbstractContextManager[GradingCopy[R]]:
+        """A fresh copy in a new folder of ``parent``, discarded on leaving.
+
+        Raises:
+            GradingError: it could not be made.
+        """
+        ...
+
+    def again(self, result: R) -> str | None:
+        """Why ``result`` is to be run again (it was killed from outside), or None."""
+        ...
+
+    def probe(self) -> GradingRun[R]:
+        """The run of the pristine paper that a new warm process makes first."""
+        ...
+
+    def probed(self, result: R) -> None:
+        """``result`` is of this run as a new warm process's probe."""
         ...
 
 
