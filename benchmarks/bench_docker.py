@@ -38,8 +38,10 @@ def main() -> None:
     python = config.task_python()
     configs = {
         "bwrap": SandboxConfig(backend="bwrap", python=python),
-        "docker cold": SandboxConfig(backend="docker", docker_base=args.base),
-        "docker warm": SandboxConfig(backend="docker", docker_base=args.base, pool_size=2),
+        "docker cold": SandboxConfig(backend="docker", options={"docker_base": args.base}),
+        "docker warm": SandboxConfig(
+            backend="docker", options={"docker_base": args.base, "pool_size": 2}
+        ),
     }
     results: dict[str, dict[str, float]] = {}
     for name, cfg in configs.items():

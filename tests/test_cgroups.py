@@ -122,10 +122,12 @@ def test_bwrap_refuses_to_run_without_limits_unless_told(
     v2_mount: Path, require_bwrap: None
 ) -> None:
     paper = load(bundled_root()).paper("adamw-warmup")
-    cfg = SandboxConfig(backend="bwrap", cgroup_root=v2_mount, cgroup_parent="rcb-test")
+    cfg = SandboxConfig(
+        backend="bwrap", options={"cgroup_root": v2_mount, "cgroup_parent": "rcb-test"}
+    )
     with pytest.raises(cg.CgroupUnavailableError, match="cannot limit the sandboxes"):
         SandboxFactory(cfg)
-    relaxed = cfg.model_copy(update={"cgroup_limits": "best-effort"})
+    relaxed = cfg.with_options(cgroup_limits="best-effort")
     f = SandboxFactory(relaxed)
     try:
         with f.create(paper, paper.snippets[0]) as sb:

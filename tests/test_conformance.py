@@ -35,7 +35,7 @@ def backend_config(name: str, request: pytest.FixtureRequest, **kw: Any) -> Sand
         request.getfixturevalue("require_bwrap")
     if name == "docker":
         base = request.getfixturevalue("docker_images")
-        return SandboxConfig(backend="docker", docker_base=base, **kw)
+        return SandboxConfig(backend="docker", options={"docker_base": base}, **kw)
     return SandboxConfig(backend=name, python=config.task_python(), **kw)
 
 

@@ -57,7 +57,7 @@ def test_missing_image_is_a_clear_error(docker_images: str) -> None:
     from rcb_env.errors import SandboxError
 
     paper = load(bundled_root()).paper("rmsnorm-swiglu")  # torch: never built in CI
-    f = SandboxFactory(SandboxConfig(backend="docker", docker_base=docker_images))
+    f = SandboxFactory(SandboxConfig(backend="docker", options={"docker_base": docker_images}))
     try:
         with pytest.raises(SandboxError, match="rcb-env images build"):
             f.create(paper, paper.snippets[0])
@@ -67,7 +67,9 @@ def test_missing_image_is_a_clear_error(docker_images: str) -> None:
 
 def test_warm_pool_hands_out_started_containers(docker_images: str) -> None:
     paper = load(bundled_root()).paper("adamw-warmup")
-    f = SandboxFactory(SandboxConfig(backend="docker", docker_base=docker_images, pool_size=2))
+    f = SandboxFactory(
+        SandboxConfig(backend="docker", options={"docker_base": docker_images, "pool_size": 2})
+    )
     try:
         f.warm([paper])
         deadline = time.monotonic() + 60

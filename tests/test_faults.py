@@ -221,7 +221,7 @@ def test_host_oom_is_told_apart_from_the_sandbox_limit_and_retried(
 ) -> None:
     snippet = adamw.snippets[0]
     with enclosing_group(_PRESSURE_MB) as group:
-        config = bwrap_config.model_copy(update={"cgroup_parent": group})
+        config = bwrap_config.with_options(cgroup_parent=group)
         scratch = _scratch(tmp_path)
         # transient: the first run is OOM-killed, then memory is back
         executor = KillingExecutor(BwrapExecutor(config, scratch), 0, lambda: _lift(group))
@@ -233,7 +233,7 @@ def test_host_oom_is_told_apart_from_the_sandbox_limit_and_retried(
         assert "outside the sandbox" in result.discarded[0]
     with enclosing_group(_PRESSURE_MB) as group:
         # persistent: infrastructure, whatever the candidate (no candidate can cause it)
-        config = bwrap_config.model_copy(update={"cgroup_parent": group})
+        config = bwrap_config.with_options(cgroup_parent=group)
         grader = Grader(task_grading, executor=BwrapExecutor(config, scratch), scratch=scratch)
         result = grader.grade(adamw, snippet, _equivalent(snippet.reference_body))
         assert result.outcome is Outcome.INFRA_ERROR
@@ -320,7 +320,7 @@ def proxy(docker_images: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engin
 def _docker_cfg(base: str) -> EvalConfig:
     return EvalConfig(
         agent="tests.test_faults:FaultAgent",
-        sandbox=SandboxConfig(backend="docker", docker_base=base),
+        sandbox=SandboxConfig(backend="docker", options={"docker_base": base}),
         grading=GradingConfig(timeout_s=60),
     )
 
@@ -441,7 +441,9 @@ def test_a_bwrap_sandbox_killed_mid_episode_is_infrastructure(
 
 
 def test_a_docker_shell_killed_mid_episode_is_infrastructure(docker_images: str) -> None:
-    factory = SandboxFactory(SandboxConfig(backend="docker", docker_base=docker_images))
+    factory = SandboxFactory(
+        SandboxConfig(backend="docker", options={"docker_base": docker_images})
+    )
     try:
         _episode_killed_mid_command(factory, lambda sandbox: str(sandbox.slot.container.id))
     finally:
@@ -472,7 +474,7 @@ def test_the_agent_is_told_when_the_machine_not_its_limit_ran_out_of_memory(
     bwrap_config: SandboxConfig,
 ) -> None:
     with enclosing_group(48) as group:
-        factory = SandboxFactory(bwrap_config.model_copy(update={"cgroup_parent": group}))
+        factory = SandboxFactory(bwrap_config.with_options(cgroup_parent=group))
         paper, snippet = _first_adamw()
         env = RcbEnv(paper, snippet, factory=factory)
         try:

@@ -231,7 +231,11 @@ def test_nothing_crosses_runs_in_docker(
 ) -> None:
     paper, snippet = target
     factory = SandboxFactory(
-        SandboxConfig(backend="docker", docker_base=docker_images, warm_grading=path == "warm")
+        SandboxConfig(
+            backend="docker",
+            options={"docker_base": docker_images},
+            warm_grading=path == "warm",
+        )
     )
     try:
         grader = Grader(GradingConfig(timeout_s=60), executor=factory.grading_executor(paper))
@@ -319,7 +323,9 @@ def test_an_episodes_shell_cannot_leave_keys_for_the_next_in_bwrap(
 def test_an_episodes_shell_cannot_leave_keys_for_the_next_in_docker(
     target: tuple[Paper, Snippet], docker_images: str
 ) -> None:
-    factory = SandboxFactory(SandboxConfig(backend="docker", docker_base=docker_images))
+    factory = SandboxFactory(
+        SandboxConfig(backend="docker", options={"docker_base": docker_images})
+    )
     try:
         _episode_shell_cannot_add_keys(factory, target)
     finally:

@@ -121,3 +121,54 @@ def test_one_module_makes_ray_remote_functions_and_actors() -> None:
         if pattern.search(path.read_text())
     )
     assert found == ["runner/ray_runner.py"], found
+
+
+def test_the_grader_decides_verdicts_and_the_executor_how_runs_go() -> None:
+    """The grader lays out each copy and judges each run; how a run is executed (warm or cold,
+    the warm process's probe, the fallback to cold, running again after a kill from outside) is
+    the executor's side (rcb_env.sandbox.runs and the warm capability). So the grader imports
+    nothing of the warm machinery, never reads an executor's warm capability, and has no retry
+    loop of its own."""
+    import ast
+    from pathlib import Path
+
+    from rcb_env.grading import grader
+
+    tree = ast.parse(Path(grader.__file__).read_text())
+    imported = {
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    assert not {m for m in imported if m and m.startswith(("rcb_env.sandbox.warm", "tenacity"))}
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    attributes = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    warm_machinery = {"warm", "cold", "area", "claim_probe", "WarmUnavailable", "WarmExecutor"}
+    assert not (names | attributes) & warm_machinery, (names | attributes) & warm_machinery
+    from rcb_env.sandbox import runs
+
+    assert vars(grader)["runs"] is runs  # runs go through the executor's side
+
+
+def test_no_code_outside_the_registry_compares_a_backends_name() -> None:
+    """Backend names appear in comparisons only where ``auto`` is told apart from a name (the
+    registry and the backend contract); a backend is never chosen by comparing its name."""
+    import re
+    from pathlib import Path
+
+    import rcb_env
+
+    root = Path(rcb_env.__file__).parent
+    names = "|".join(["auto", "bwrap", "docker", "local"])
+    pattern = re.compile(
+        rf"""[!=]=\s*["']({names})["']|["']({names})["']\s*[!=]=|in\s*\(["']({names})["']"""
+    )
+    found = [
+        f"{path.relative_to(root)}:{n}"
+        for path in sorted(root.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    allowed = {"sandbox/backend.py", "sandbox/registry.py"}
+    assert [f for f in found if f.split(":")[0] not in allowed] == []

@@ -580,7 +580,7 @@ def test_oracle_passes_and_null_fails_every_toy_implementation_on_docker(
             only,
             EvalConfig(
                 agent=agent,
-                sandbox=SandboxConfig(backend="docker", docker_base=docker_images),
+                sandbox=SandboxConfig(backend="docker", options={"docker_base": docker_images}),
                 grading=GradingConfig(timeout_s=120),
             ),
             tmp_path / agent,

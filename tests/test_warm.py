@@ -344,7 +344,7 @@ def test_imports_that_start_threads_make_the_environment_grade_cold(
     plain = _module_dir("rcb_plain_module", "VALUE = 1\n", module_dirs)
     scratch = config.scratch_dir()
     python = str(config.task_python())
-    cfg = SandboxConfig(backend="bwrap", read_only=(threads, plain))
+    cfg = SandboxConfig(backend="bwrap", options={"read_only": (threads, plain)})
     launcher = BwrapExecutor(cfg, scratch)
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{threads}:{plain}"}
     ok = WarmProcess(
@@ -379,7 +379,7 @@ def test_imports_that_start_threads_make_the_environment_grade_cold(
             "time.sleep(0.2)\n",
             module_dirs,
         )
-    named_cfg = SandboxConfig(backend="bwrap", read_only=tuple(named.values()))
+    named_cfg = SandboxConfig(backend="bwrap", options={"read_only": tuple(named.values())})
     named_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(map(str, named.values()))}
     jemalloc = WarmProcess(
         BwrapExecutor(named_cfg, scratch),
@@ -406,7 +406,9 @@ def test_imports_that_start_threads_make_the_environment_grade_cold(
     )
     with pytest.raises(WarmUnavailable, match="unsafe to fork: writable shared memory"):
         WarmProcess(
-            BwrapExecutor(SandboxConfig(backend="bwrap", read_only=(shared,)), scratch),
+            BwrapExecutor(
+                SandboxConfig(backend="bwrap", options={"read_only": (shared,)}), scratch
+            ),
             python=python,
             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(shared)},
             modules=["rcb_shared_memory_at_import"],
@@ -420,7 +422,9 @@ def test_imports_that_start_threads_make_the_environment_grade_cold(
     )
     with pytest.raises(WarmUnavailable, match="unsafe to fork: a CUDA context"):
         WarmProcess(
-            BwrapExecutor(SandboxConfig(backend="bwrap", read_only=(fake_torch,)), scratch),
+            BwrapExecutor(
+                SandboxConfig(backend="bwrap", options={"read_only": (fake_torch,)}), scratch
+            ),
             python=python,
             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(fake_torch)},
             modules=["torch"],
@@ -460,7 +464,9 @@ def test_read_only_folders_under_tmp_and_dev_shm_stay_visible_and_read_only_in_a
         folders.append(folder)
     scratch = config.scratch_dir()
     python = str(config.task_python())
-    launcher = BwrapExecutor(SandboxConfig(backend="bwrap", read_only=tuple(folders)), scratch)
+    launcher = BwrapExecutor(
+        SandboxConfig(backend="bwrap", options={"read_only": tuple(folders)}), scratch
+    )
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(map(str, folders))}
     proc = WarmProcess(
         launcher, python=python, env=env, modules=["rcb_ro_tmp"], scratch=scratch, probe=False
@@ -549,7 +555,7 @@ def test_docker_grades_warm_in_a_container_per_image_with_the_cold_verdicts(
     """The target paper's snippets and every hack, on docker: the same verdicts as a fresh
     grading container each; then no run reaches the warm container's process."""
     target_only = tasks.model_copy(update={"papers": (tasks.paper(TARGET[0]),)})
-    sandbox = SandboxConfig(backend="docker", docker_base=docker_images)
+    sandbox = SandboxConfig(backend="docker", options={"docker_base": docker_images})
     result = compare(target_only, sandbox, jobs=2, timeout_s=15)
     assert result.differences == ()
     assert result.not_warm == {}

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rcb_env import logs
-from rcb_env.sandbox import BackendName, SandboxConfig, backend_names
+from rcb_env.sandbox import BackendName, SandboxConfig, backend_names, sandbox_config
 from rcb_env.task import loader
 from rcb_env.task.models import Pset
 from rcb_env.task.selection import combine, select_snippets
@@ -99,14 +99,20 @@ def _sandbox_config(
     cgroup_limits: str | None = None,
     grading: str = "warm",
 ) -> SandboxConfig:
-    """The --sandbox/--base/--pool/--cgroup-limits/--grading options as a config (only given
-    ones override the defaults)."""
-    cfg = SandboxConfig(backend=backend, pool_size=pool, warm_grading=grading == "warm")
-    if base is not None:
-        cfg = cfg.model_copy(update={"docker_base": base})
-    if cgroup_limits is not None:
-        cfg = SandboxConfig.model_validate({**cfg.model_dump(), "cgroup_limits": cgroup_limits})
-    return cfg
+    """The --sandbox/--base/--pool/--cgroup-limits/--grading options as a config: the
+    backend-specific ones, when given, become the backend's options (a backend without such a
+    setting refuses it by name).
+
+    Raises:
+        ConfigError: an option the chosen backend does not have.
+    """
+    return sandbox_config(
+        backend,
+        warm_grading=grading == "warm",
+        docker_base=base,
+        pool_size=pool or None,
+        cgroup_limits=cgroup_limits,
+    )
 
 
 def _progress(label: str) -> Progress:

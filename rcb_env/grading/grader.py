@@ -1,6 +1,8 @@
 """Grade a candidate body: a fresh pristine copy with the body inserted (the task source writes
-it), the test file under rcb-env's runner inside the chosen sandbox, and the verdict (code wrong
-vs environment broken). A kill shown to come from outside is retried; an infrastructure verdict
+it) and rcb-env's runner beside the test file, run in the chosen sandbox by the executor
+(:func:`rcb_env.sandbox.runs.execute` decides how: warm or cold, a fresh copy per attempt, and
+again after a kill from outside), and the verdict from the run's report (code wrong vs
+environment broken). A kill shown to come from outside is run again; an infrastructure verdict
 on a candidate is checked against the pristine paper.
 
 What a run may learn, and what may cross runs (docs/grading.md, docs/threat-model.md):
@@ -15,8 +17,8 @@ What a run may learn, and what may cross runs (docs/grading.md, docs/threat-mode
   once the pristine paper passes here. Only the reference, which is trusted, is run again after
   such a kill.
 - Every run starts from the same state: a fresh copy, a fresh sandbox or a fresh set of
-  namespaces whose writable filesystems are all new (:mod:`rcb_env.sandbox._warm`). A retry
-  therefore needs no fresh process; it cannot see its earlier attempt.
+  namespaces whose writable filesystems are all new (:mod:`rcb_env.sandbox.warm.in_sandbox`).
+  A retry therefore needs no fresh process; it cannot see its earlier attempt.
 """
 
 from __future__ import annotations
@@ -26,24 +28,24 @@ import os
 import secrets
 import shutil
 import threading
-from collections.abc import Mapping
-from functools import partial
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
-from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt, wait_none
 
 from rcb_env import config, envs
 from rcb_env.errors import GradingError, SandboxError
+from rcb_env.execution import ExecResult
 from rcb_env.grading.models import FailureKind, GradeResult, Outcome
 from rcb_env.grading.report import read_report
 from rcb_env.grading.verdict import classify
 from rcb_env.logs import get_logger
 from rcb_env.sandbox import _keyrings as keyrings_module
+from rcb_env.sandbox import runs
 from rcb_env.sandbox import scratch as scratch_dirs
-from rcb_env.sandbox.base import HOST_OWNED, Executor, WarmGrading
+from rcb_env.sandbox.base import HOST_OWNED, Command, Executor
 from rcb_env.sandbox.local import LocalExecutor
-from rcb_env.sandbox.warm import WarmUnavailable
 from rcb_env.task.models import Paper, Snippet
 from rcb_env.task.source import source_for
 
@@ -114,7 +116,7 @@ def _host_report(workdir: Path) -> Path:
     return report
 
 
-def _sandbox_failure(snippet: Snippet, exc: SandboxError) -> GradeResult:
+def _sandbox_failure(snippet: Snippet, exc: SandboxError, path: str = "cold") -> GradeResult:
     """The verdict when the sandbox (or the paper's environment) could not run the tests."""
     return GradeResult(
         snippet_id=snippet.id,
@@ -122,6 +124,7 @@ def _sandbox_failure(snippet: Snippet, exc: SandboxError) -> GradeResult:
         kind=FailureKind.SANDBOX,
         detail=str(exc),
         official_pass=False,
+        grading_path=path,
     )
 
 
@@ -227,15 +230,11 @@ class Grader:
         """Start ``paper``'s warm process now (meant for a background thread while other
         gradings run), so that its first grading does not wait for the imports. True if one is
         live; a failure is quiet here and decided when the paper is graded."""
-        warm = self.executor.warm
-        if warm is None:
-            return False
         try:
             python = self.python or envs.python_for(paper)
-            warm.area(self._base_env(paper, python), str(python))
-        except (SandboxError, OSError):
+        except SandboxError:
             return False
-        return True
+        return runs.prewarm(self.executor, str(python), self._base_env(paper, python))
 
     def _health_key(self, paper: Paper, snippet: Snippet) -> tuple[str, ...]:
         image = str(getattr(self.executor, "image", ""))
@@ -267,65 +266,19 @@ class Grader:
         return result
 
     def _attempts(self, paper: Paper, snippet: Snippet, body: str) -> GradeResult:
-        """Run the tests; run them again while they are killed from outside, up to the limit
-        (each attempt in a fresh copy and sandbox: nothing of one reaches the next)."""
-        discarded: list[str] = []
-        retried = _RETRIED_REFERENCE if body == snippet.reference_body else _RETRIED
-
-        def note(state: RetryCallState) -> None:
-            assert state.outcome is not None
-            detail = state.outcome.result().detail
-            discarded.append(f"attempt {state.attempt_number}: {detail}")
-            log.warning(
-                "grading run killed from outside; running it again",
-                snippet=snippet.id,
-                detail=detail,
-            )
-
-        retrying = Retrying(
-            stop=stop_after_attempt(self.config.kill_retries + 1),
-            retry=retry_if_result(lambda r: r.kind in retried),
-            wait=wait_none(),
-            before_sleep=note,
-            retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
-        )
-        result: GradeResult = retrying(self._run, paper, snippet, body)
-        if not discarded:
-            return result
-        return result.model_copy(
-            update={"attempts": len(discarded) + 1, "discarded": tuple(discarded)}
-        )
-
-    def _run(self, paper: Paper, snippet: Snippet, body: str) -> GradeResult:
-        """One run: in the paper's warm process when the executor has one, else (or when it
-        gives up before deciding anything) cold, in a fresh copy."""
-        warm = self.executor.warm
-        if warm is None:
-            return self._run_in(self.executor, None, paper, snippet, body)
-        try:
-            return self._run_in(warm.cold, warm, paper, snippet, body)
-        except WarmUnavailable as exc:
-            log.info("grading cold: the warm path is unavailable", snippet=snippet.id, why=str(exc))
-            result = self._run_in(warm.cold, None, paper, snippet, body)
-            return result.model_copy(update={"grading_path": f"cold: {exc}"})
-
-    def _claim_probe(self, warm: WarmGrading, paper: Paper) -> bool:
-        """Is the caller to make the next run of ``paper`` the probe of its (new) warm process?"""
+        """Have the executor run the tests (:func:`rcb_env.sandbox.runs.execute`): again while
+        they are killed from outside, up to the limit, each attempt in a fresh copy."""
         try:
             python = self.python or envs.python_for(paper)
-            return warm.claim_probe(self._base_env(paper, python), str(python))
-        except SandboxError:
-            return False  # no warm process: the run itself goes cold
-
-    def _probe(self, warm: WarmGrading, paper: Paper, snippet: Snippet) -> None:
-        """A new warm process first grades the pristine paper, then imports what that run
-        imported (lazy imports would otherwise cost every run). Its verdict is the paper's
-        health, remembered as :meth:`pristine_health` would."""
-        if not self._claim_probe(warm, paper):
-            return
-        first = self.health_snippet(paper, snippet)
-        with contextlib.suppress(WarmUnavailable):
-            self._run_in(warm.cold, warm, paper, first, first.reference_body, probe=True)
+        except SandboxError as exc:
+            return _sandbox_failure(snippet, exc)
+        run = _Run(self, paper, snippet, body, python)
+        result, discarded = runs.execute(
+            self.executor, run, scratch=self.scratch, retries=self.config.kill_retries
+        )
+        if not discarded:
+            return result
+        return result.model_copy(update={"attempts": len(discarded) + 1, "discarded": discarded})
 
     def _remember_health(self, paper: Paper, snippet: Snippet, result: GradeResult) -> None:
         """A run of the pristine paper (``snippet``'s reference) is its test file's health."""
@@ -335,51 +288,25 @@ class Grader:
                     self._health_key(paper, self.health_snippet(paper, snippet)), result
                 )
 
-    def _run_in(
-        self,
-        executor: Executor,
-        warm: WarmGrading | None,
-        paper: Paper,
-        snippet: Snippet,
-        body: str,
-        *,
-        probe: bool = False,
-    ) -> GradeResult:
-        """One run in a fresh copy: warm when ``warm`` is given (it may raise
-        :class:`WarmUnavailable`), else cold with ``executor``."""
-        if warm is not None and not probe:
-            if body == snippet.reference_body and self._claim_probe(warm, paper):
-                # This run is of the pristine paper: it is the probe itself (no extra run).
-                probe = True
-            else:
-                self._probe(warm, paper, snippet)
-        source = source_for(paper)
-        expected = self.expected(paper, snippet)
-        test_file = source.test_file(paper, snippet)
-        guard = source.guarded(paper, snippet)
-        try:
-            python = self.python or envs.python_for(paper)
-        except SandboxError as exc:
-            return _sandbox_failure(snippet, exc)
-        parent = self.scratch
-        if warm is not None:
-            # Where its warm process sees the copy; raises WarmUnavailable (grade cold).
-            parent = warm.area(self._base_env(paper, python), str(python))
+    @contextlib.contextmanager
+    def _copy(self, run: _Run, parent: Path) -> Iterator[_Copy]:
+        """A fresh copy of ``run``'s paper with its body inserted, the runner, its key and its
+        report file, in a new folder of ``parent`` (discarded on leaving).
 
-        def unprepared(exc: OSError) -> Exception:
-            if warm is not None and not parent.is_dir():
-                # Its warm process ended (and its area went) meanwhile: grade cold.
-                return WarmUnavailable(f"the warm process's area went away: {exc}")
-            return GradingError(f"cannot prepare a grading copy of {paper.id}: {exc}")
-
+        Raises:
+            GradingError: it could not be made (disk full, pristine tree unreadable).
+        """
+        paper, snippet = run.paper, run.snippet
         try:
             workdir = scratch_dirs.make("rcb-grade-", parent)
         except OSError as exc:
-            raise unprepared(exc) from exc
+            raise GradingError(f"cannot prepare a grading copy of {paper.id}: {exc}") from exc
         try:
+            source = source_for(paper)
+            guard = source.guarded(paper, snippet)
             folder = workdir / paper.slug
             try:
-                source.write_grading_copy(paper, snippet, body, folder)
+                source.write_grading_copy(paper, snippet, run.body, folder)
                 rcb = workdir / "_rcb"
                 rcb.mkdir()
                 shutil.copyfile(RUNNER_SOURCE, rcb / "runner.py")
@@ -396,13 +323,13 @@ class Grader:
                 (workdir / "tmp").mkdir()
                 report = _host_report(workdir)
             except OSError as exc:
-                raise unprepared(exc) from exc
+                raise GradingError(f"cannot prepare a grading copy of {paper.id}: {exc}") from exc
             mb = 1024 * 1024
             timeout = self.timeout_for(paper)
-            argv = [
-                str(python),
+            argv = (
+                run.python,
                 str(rcb / "runner.py"),
-                test_file,
+                source.test_file(paper, snippet),
                 str(report),
                 str(rcb / "key"),
                 str(self.config.memory_mb * mb),
@@ -410,56 +337,47 @@ class Grader:
                 str(int(timeout) + 5),
                 snippet.file,
                 str(rcb / "protected"),
-            ]
-            try:
-                env = {**self._env(workdir, python), **envs.task_env(paper)}
-                run_fn = partial(warm.run, probe=probe) if warm is not None else executor.run
-                run = run_fn(
-                    argv,
-                    cwd=folder,
-                    env=env,
-                    timeout_s=timeout,
-                    needles=OFFICIAL_ERROR_WORDS,
-                    writable=workdir,
-                )
-            except WarmUnavailable:
-                raise
-            except SandboxError as exc:
-                return _sandbox_failure(snippet, exc)
-            judged = source.judge(
-                paper, snippet, classify(read_report(workdir, REPORT, key), run, expected), folder
             )
-            outcome, kind, detail, tests = judged.verdict
-            official = judged.official_pass
-            if official is None:
-                official = run.exit_code == 0 and not run.timed_out and not run.found
-            # The copy's random location means nothing to a reader and would make identical
-            # runs differ: report it as /grading.
-            where = str(workdir)
-
-            def stable(text: str) -> str:
-                return text.replace(where, GRADING_DIR)
-
-            tests = tuple(t.model_copy(update={"message": stable(t.message)}) for t in tests)
-            result = GradeResult(
-                snippet_id=snippet.id,
-                outcome=outcome,
-                kind=kind,
-                detail=stable(detail),
-                official_pass=official,
-                tests=tests,
-                exit_code=run.exit_code,
-                timed_out=run.timed_out,
-                duration_s=round(run.duration_s, 4),
-                stdout=stable(run.stdout),
-                stderr=stable(run.stderr),
-                grading_path="warm" if run.warm else "cold",
-            )
-            if probe:
-                self._remember_health(paper, snippet, result)
-            return result
+            env = {**self._env(workdir, Path(run.python)), **envs.task_env(paper)}
+            command = Command(argv, folder, env, timeout, needles=OFFICIAL_ERROR_WORDS)
+            yield _Copy(self, run, workdir, command, key)
         finally:
             scratch_dirs.discard(workdir)
+
+    def _judge(self, copy: _Copy, ran: ExecResult, path: str) -> GradeResult:
+        """The verdict on a run from its signed report, its end and the test file's tests."""
+        paper, snippet = copy.run.paper, copy.run.snippet
+        source = source_for(paper)
+        folder = copy.command.cwd
+        expected = self.expected(paper, snippet)
+        events = read_report(copy.workdir, REPORT, copy.key)
+        judged = source.judge(paper, snippet, classify(events, ran, expected), folder)
+        outcome, kind, detail, tests = judged.verdict
+        official = judged.official_pass
+        if official is None:
+            official = ran.exit_code == 0 and not ran.timed_out and not ran.found
+        # The copy's random location means nothing to a reader and would make identical runs
+        # differ: report it as /grading.
+        where = str(copy.workdir)
+
+        def stable(text: str) -> str:
+            return text.replace(where, GRADING_DIR)
+
+        tests = tuple(t.model_copy(update={"message": stable(t.message)}) for t in tests)
+        return GradeResult(
+            snippet_id=snippet.id,
+            outcome=outcome,
+            kind=kind,
+            detail=stable(detail),
+            official_pass=official,
+            tests=tests,
+            exit_code=ran.exit_code,
+            timed_out=ran.timed_out,
+            duration_s=round(ran.duration_s, 4),
+            stdout=stable(ran.stdout),
+            stderr=stable(ran.stderr),
+            grading_path=path,
+        )
 
     def _base_env(self, paper: Paper, python: Path) -> Mapping[str, str]:
         """The environment of every run of ``paper`` but the per-run folders (the key of its
@@ -485,3 +403,53 @@ class Grader:
         }
         env.update({k: os.environ[k] for k in _PASSTHROUGH_ENV if k in os.environ})
         return env
+
+
+class _Run:
+    """One grading run of ``body`` (a :class:`~rcb_env.sandbox.base.GradingRun`): its copies
+    and its verdicts are the grader's; which kills are run again, too."""
+
+    def __init__(
+        self, grader: Grader, paper: Paper, snippet: Snippet, body: str, python: Path
+    ) -> None:
+        self.grader = grader
+        self.paper = paper
+        self.snippet = snippet
+        self.body = body
+        self.name = snippet.id
+        self.python = str(python)
+        self.env = grader._base_env(paper, python)
+        self.pristine = body == snippet.reference_body
+
+    def copy(self, parent: Path) -> contextlib.AbstractContextManager[_Copy]:
+        return self.grader._copy(self, parent)
+
+    def again(self, result: GradeResult) -> str | None:
+        retried = _RETRIED_REFERENCE if self.pristine else _RETRIED
+        return result.detail if result.kind in retried else None
+
+    def probe(self) -> _Run:
+        first = self.grader.health_snippet(self.paper, self.snippet)
+        return _Run(self.grader, self.paper, first, first.reference_body, Path(self.python))
+
+    def probed(self, result: GradeResult) -> None:
+        """A probe's verdict is the paper's health, remembered as
+        :meth:`Grader.pristine_health` would."""
+        self.grader._remember_health(self.paper, self.snippet, result)
+
+
+@dataclass(frozen=True)
+class _Copy:
+    """One attempt's copy (a :class:`~rcb_env.sandbox.base.GradingCopy`)."""
+
+    grader: Grader
+    run: _Run
+    workdir: Path
+    command: Command
+    key: bytes
+
+    def judge(self, ran: ExecResult, path: str) -> GradeResult:
+        return self.grader._judge(self, ran, path)
+
+    def unrunnable(self, exc: SandboxError, path: str) -> GradeResult:
+        return _sandbox_failure(self.run.snippet, exc, path)

@@ -35,6 +35,7 @@ from rcb_env.runner.episode import (
     task_hash,
 )
 from rcb_env.sandbox import SandboxFactory
+from rcb_env.sandbox.registry import comparable
 from rcb_env.task.models import Paper, Pset, Snippet
 
 __all__ = [
@@ -213,7 +214,7 @@ def _open_run(
         old = json.loads(manifest_path.read_text())
         new = _manifest(old["run_id"], cfg, pset, totals)
         for key in ("config", "task_set_hash"):
-            if old.get(key) != new[key]:
+            if _comparable(key, old.get(key)) != _comparable(key, new[key]):
                 raise ConfigError(
                     f"cannot resume {run_dir}: its {key.replace('_', ' ')} differs from this "
                     "command's (same agent, settings and tasks are required)"
@@ -223,6 +224,15 @@ def _open_run(
         raise ConfigError(f"{run_dir} already holds a run; pass --resume to continue it")
     write_json_atomic(manifest_path, _manifest(run_dir.name, cfg, pset, totals))
     return pset, run_dir.name
+
+
+def _comparable(key: str, value: Any) -> Any:
+    """A manifest's entry as a resumed run compares it: the config's sandbox with its
+    backend's options complete (:func:`rcb_env.sandbox.registry.comparable`, which also reads
+    a manifest of an older version)."""
+    if key != "config" or not isinstance(value, dict):
+        return value
+    return {**value, "sandbox": comparable(value.get("sandbox") or {})}
 
 
 def _pending(pset: Pset, cfg: EvalConfig, records_path: Path) -> list[Item]:

@@ -27,7 +27,7 @@ from rcb_env.errors import ConfigError
 from rcb_env.frozen import Frozen
 from rcb_env.grading.grader import GradingConfig
 from rcb_env.runner.episode import EvalConfig
-from rcb_env.sandbox import SandboxConfig
+from rcb_env.sandbox import SandboxConfig, sandbox_config
 
 
 class RunSpec(Frozen):
@@ -110,16 +110,19 @@ class RunSpec(Frozen):
             raise ConfigError(f"{source}: {problems}") from exc
 
     def sandbox_config(self) -> SandboxConfig:
-        cfg = SandboxConfig(
-            backend=self.sandbox, pool_size=self.pool, warm_grading=self.grading == "warm"
+        """The sandbox of the run: ``base``, ``pool`` and ``cgroup_limits``, when given, are
+        the backend's options.
+
+        Raises:
+            ConfigError: one the chosen backend does not have.
+        """
+        return sandbox_config(
+            self.sandbox,
+            warm_grading=self.grading == "warm",
+            docker_base=self.base,
+            pool_size=self.pool or None,
+            cgroup_limits=self.cgroup_limits,
         )
-        if self.base is not None:
-            cfg = cfg.model_copy(update={"docker_base": self.base})
-        if self.cgroup_limits is not None:
-            cfg = SandboxConfig.model_validate(
-                {**cfg.model_dump(), "cgroup_limits": self.cgroup_limits}
-            )
-        return cfg
 
     def eval_config(self) -> EvalConfig:
         """The run's :class:`EvalConfig` (what a resumed run must match)."""

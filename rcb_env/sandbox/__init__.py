@@ -1,8 +1,10 @@
 """Stage: sandboxes. Where agent commands and grading runs execute.
 
-The contracts (:class:`Sandbox`, :class:`Executor` in ``base``; :class:`Backend` and its registry
-in ``backend``) and the factory a run uses. Built-in backends: ``bwrap`` (default), ``docker``,
-``local`` (no isolation).
+The contracts (:class:`Sandbox`, :class:`Executor` in ``base``; :class:`Backend` in ``backend``;
+the backends by name and their options in ``registry``), how a grading run is executed
+(``runs``), and the factory a run uses. Built-in backends: ``bwrap`` (default), ``docker``,
+``local`` (no isolation); each one's own settings are its options (:func:`sandbox_config`,
+``SandboxConfig.options``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from rcb_env import config as settings
+from rcb_env.errors import ConfigError
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox.backend import (
     Backend,
@@ -46,7 +51,25 @@ __all__ = [
     "backend_names",
     "register_backend",
     "resolve_backend",
+    "sandbox_config",
 ]
+
+
+def sandbox_config(
+    backend: BackendName = "auto", *, warm_grading: bool = True, **options: Any
+) -> SandboxConfig:
+    """A config of ``backend`` with these backend settings (``options``; one that is None is
+    not given: the backend's default), as the command line and run files build it.
+
+    Raises:
+        ConfigError: a setting the backend does not have, or a wrong value.
+    """
+    given = {key: value for key, value in options.items() if value is not None}
+    try:
+        return SandboxConfig(backend=backend, options=given, warm_grading=warm_grading)
+    except ValidationError as exc:
+        problems = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        raise ConfigError(problems) from exc
 
 
 class SandboxFactory:

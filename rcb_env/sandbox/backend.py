@@ -18,8 +18,8 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from rcb_env._registry import Registry
 from rcb_env.errors import ConfigError, SandboxError
+from rcb_env.sandbox import registry
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox.base import Executor, Sandbox, SandboxConfig
 from rcb_env.task.models import Paper
@@ -41,7 +41,9 @@ class Backend(ABC):
     auto: ClassVar[bool] = False
     """May ``--sandbox auto`` pick it when it probes fine (bwrap does)."""
     options_model: ClassVar[type[BaseModel]] = NoOptions
-    """The backend's own settings, validated from ``SandboxConfig.options``."""
+    """The backend's own settings (frozen, unknown keys refused), validated from
+    ``SandboxConfig.options``; what differs between its sandboxes is read from
+    :attr:`options`."""
     brings_interpreter: ClassVar[bool] = False
     """Its sandboxes run their own interpreter (a container image's): no task environment of
     the host is needed (docker)."""
@@ -49,7 +51,8 @@ class Backend(ABC):
     def __init__(self, config: SandboxConfig, scratch: Path) -> None:
         self.config = config
         self.scratch = scratch
-        self.options = self.options_model.model_validate(config.options)
+        self.options = registry.check_options(self.name, self.options_model, config.options)
+        """The backend's settings, an instance of :attr:`options_model`."""
 
     @classmethod
     @abstractmethod
@@ -99,26 +102,14 @@ class Backend(ABC):
         return set()
 
 
-#: Built-in backends by name, imported on first use.
-_registry: Registry[Backend] = Registry(
-    "sandbox backend",
-    {
-        "bwrap": "rcb_env.sandbox.bwrap:BwrapBackend",
-        "docker": "rcb_env.sandbox.docker:DockerBackend",
-        "local": "rcb_env.sandbox.local:LocalBackend",
-    },
-)
 B = TypeVar("B", bound=type[Backend])
-
-for _name in _registry.builtin:
-    scratch_dirs.register_prefix(f"rcb-{_name}-")
 
 
 def register_backend(cls: B) -> B:
     """Class decorator: make a backend available by its ``name``."""
     if not cls.name or cls.name == "auto" or not cls.name.replace("-", "").isalnum():
         raise ConfigError(f"invalid backend name {cls.name!r}")
-    _registry.register(cls.name, cls)
+    registry.backends.register(cls.name, cls)
     scratch_dirs.register_prefix(f"rcb-{cls.name}-")
     return cls
 
@@ -132,7 +123,7 @@ def brings_interpreter(name: str) -> bool:
 
 def backend_names() -> list[str]:
     """Every built-in and registered backend."""
-    return _registry.names()
+    return registry.backends.names()
 
 
 def backend_class(name: str) -> type[Backend]:
@@ -141,7 +132,8 @@ def backend_class(name: str) -> type[Backend]:
     Raises:
         ConfigError: no backend has that name.
     """
-    return _registry.get(name)
+    cls: type[Backend] = registry.backends.get(name)
+    return cls
 
 
 def resolve_backend(name: str) -> str:

@@ -1,5 +1,6 @@
-"""The contracts: an :class:`Executor` runs one command to completion (grading); a
-:class:`Sandbox` holds an episode's workspace and a persistent shell (tools)."""
+"""The contracts: an :class:`Executor` runs one command to completion (grading), and a
+:class:`GradingRun` is what the grader hands it; a :class:`Sandbox` holds an episode's workspace
+and a persistent shell (tools)."""
 
 from __future__ import annotations
 
@@ -11,27 +12,37 @@ import threading
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from rcb_env import config as settings
+from rcb_env.errors import ConfigError, SandboxError
 from rcb_env.execution import ExecResult
+from rcb_env.sandbox import registry
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox import workspace as ws
 
 __all__ = [
     "HOST_OWNED",
     "BackendName",
+    "Command",
     "ExecResult",  # defined in the leaf rcb_env.execution; imported from here too
     "Executor",
+    "GradingCopy",
+    "GradingRun",
     "Limits",
     "Sandbox",
     "SandboxConfig",
+    "WarmGrading",
     "chown_tree",
 ]
+
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 
 
 class Executor(Protocol):
@@ -65,33 +76,100 @@ class Executor(Protocol):
 
 class WarmGrading(Protocol):
     """An executor's warm grading: runs forked from a long-lived process of the paper's
-    environment (:class:`rcb_env.sandbox.warm.WarmExecutor`). Every method may raise
-    :class:`rcb_env.sandbox.warm.WarmUnavailable`: grade cold then, with :attr:`cold`."""
+    environment (:class:`rcb_env.sandbox.warm.WarmExecutor`), and cold on the executor it wraps
+    when that process cannot be had. :func:`rcb_env.sandbox.runs.execute` uses it."""
 
-    cold: Executor
-    """The executor to grade with when the warm path is unavailable."""
-
-    def area(self, env: Mapping[str, str], python: str) -> Path:
-        """Where a grading copy for a run with ``env`` under ``python`` must be made."""
+    def attempt(self, run: GradingRun[R], scratch: Path) -> R:
+        """One attempt of ``run`` in a fresh copy: in the warm process (a new one first runs
+        the pristine paper, :meth:`GradingRun.probe`), or, when the warm path is unavailable,
+        cold in ``scratch`` (its result's path says why)."""
         ...
 
-    def claim_probe(self, env: Mapping[str, str], python: str) -> bool:
-        """Is the caller to make the next run the probe of a new warm process?"""
+    def start(self, env: Mapping[str, str], python: str) -> bool:
+        """Start the warm process of runs with ``env`` under ``python`` now, ahead of them;
+        True if one is live (a failure is quiet: the runs decide)."""
         ...
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Path,
-        env: Mapping[str, str],
-        timeout_s: float,
-        needles: tuple[str, ...] = (),
-        writable: Path | None = None,
-        probe: bool = False,
-    ) -> ExecResult:
-        """One run, as :meth:`Executor.run`; ``probe``: a run of the pristine paper whose
-        imports the warm process then adds."""
+
+@dataclass(frozen=True)
+class Command:
+    """What one grading attempt runs in its copy."""
+
+    argv: tuple[str, ...]
+    cwd: Path
+    env: Mapping[str, str]
+    timeout_s: float
+    needles: tuple[str, ...] = ()
+    """Words to look for in the whole output (:attr:`ExecResult.found`)."""
+
+
+class GradingCopy(Protocol[R_co]):
+    """One attempt's fresh copy, laid out by the grader: the command to run in it, and the
+    verdict on what the run did."""
+
+    @property
+    def workdir(self) -> Path:
+        """The copy's folder: the only one the run may write."""
+        ...
+
+    @property
+    def command(self) -> Command: ...
+
+    def judge(self, ran: ExecResult, path: str) -> R_co:
+        """The result of the run that ``ran`` reports (the copy still exists); ``path``: how
+        it ran (``warm``, ``cold``, ``cold: <why>``)."""
+        ...
+
+    def unrunnable(self, exc: SandboxError, path: str) -> R_co:
+        """The result when the sandbox could not run the command at all."""
+        ...
+
+
+class GradingRun(Protocol[R]):
+    """A grading run as the grader lays it out and judges it (:mod:`rcb_env.grading.grader`).
+    Where each attempt's copy is made, warm or cold, and whether to run again, is
+    :func:`rcb_env.sandbox.runs.execute`'s."""
+
+    @property
+    def name(self) -> str:
+        """What it grades (for the logs)."""
+        ...
+
+    @property
+    def python(self) -> str:
+        """The interpreter the command starts."""
+        ...
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        """The environment of every run of its paper but the per-run folders (a warm
+        process's key)."""
+        ...
+
+    @property
+    def pristine(self) -> bool:
+        """It runs the paper as published (a reference): it may be a new warm process's
+        probe itself."""
+        ...
+
+    def copy(self, parent: Path) -> AbstractContextManager[GradingCopy[R]]:
+        """A fresh copy in a new folder of ``parent``, discarded on leaving.
+
+        Raises:
+            GradingError: it could not be made.
+        """
+        ...
+
+    def again(self, result: R) -> str | None:
+        """Why ``result`` is to be run again (it was killed from outside), or None."""
+        ...
+
+    def probe(self) -> GradingRun[R]:
+        """The run of the pristine paper that a new warm process makes first."""
+        ...
+
+    def probed(self, result: R) -> None:
+        """``result`` is of this run as a new warm process's probe."""
         ...
 
 
@@ -117,7 +195,8 @@ class Limits(BaseModel):
 
 
 class SandboxConfig(BaseModel):
-    """How episodes are sandboxed."""
+    """How episodes are sandboxed. What only one backend has (docker's base image, bwrap's
+    cgroups) is in :attr:`options`, that backend's own settings."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -125,7 +204,10 @@ class SandboxConfig(BaseModel):
     """``auto`` probes bwrap and uses it when it really runs; ``local`` must be asked for; any
     registered backend by name."""
     options: dict[str, Any] = {}
-    """Settings of the chosen backend, validated by its own model (``Backend.options_model``)."""
+    """Settings of the chosen backend, validated by its own model (``Backend.options_model``:
+    :class:`~rcb_env.sandbox.docker.DockerOptions`, :class:`~rcb_env.sandbox.bwrap.BwrapOptions`).
+    For a backend named here, checked now and kept complete (defaults filled in); for ``auto``,
+    kept as given and checked once resolved."""
     limits: Limits = Limits()
     """Resource limits per sandbox."""
     command_timeout_s: float = 120.0
@@ -136,18 +218,6 @@ class SandboxConfig(BaseModel):
     """Unprivileged user the sandboxed processes run as, when rcb-env runs as root."""
     python: Path | None = None
     """Task interpreter (bound read-only in the sandbox); default: the configured task python."""
-    docker_base: str = Field(default_factory=settings.docker_base)
-    """docker: the base the paper images were built from (part of their tag)."""
-    pool_size: int = 0
-    """docker: started containers kept ready per image, so an episode does not wait for one."""
-    cgroup_parent: str = "rcb-env"
-    """bwrap: the cgroup under which each sandbox gets its own group. Point it at a group you
-    limit yourself to cap what all sandboxes together may use."""
-    cgroup_limits: Literal["required", "best-effort", "off"] = "required"
-    """bwrap: ``required`` refuses to run when the memory or pids limit cannot be set (cgroup v1
-    or v2), ``best-effort`` sets what it can, ``off`` relies on rlimits alone."""
-    read_only: tuple[Path, ...] = ()
-    """bwrap: more host folders bound read-only at their own paths (a paper's asset cache)."""
     env: dict[str, str] = {}
     """More environment variables of the sandbox's shell (a paper's overlay ``env``)."""
     warm_grading: bool = True
@@ -156,18 +226,40 @@ class SandboxConfig(BaseModel):
     warm_processes: int = Field(default=4, ge=1)
     """Warm processes kept alive at once per sandbox factory (each holds its paper's imports:
     some hundred MiB with torch); the least recently used idle one makes room."""
-    cgroup_root: Path = Path("/sys/fs/cgroup")
-    """bwrap: where the cgroup hierarchies are mounted (or a delegated v2 subtree)."""
 
-    @field_validator("cgroup_parent")
+    @model_validator(mode="before")
     @classmethod
-    def _relative_group(cls, value: str) -> str:
-        parts = value.split("/")
-        if value.startswith("/") or not value or any(p in ("", ".", "..") for p in parts):
-            raise ValueError(
-                f"cgroup_parent must be a relative group path like 'rcb-env': {value!r}"
-            )
-        return value
+    def _no_backend_settings_here(cls, data: Any) -> Any:
+        """A backend's own setting given at the top level (where older versions had it) is
+        refused with where it goes now."""
+        if isinstance(data, Mapping):
+            for key, value in data.items():
+                owners = [] if key in cls.model_fields else registry.owners(str(key))
+                if owners:
+                    raise ValueError(
+                        f"{key} is a {' and '.join(owners)} option: "
+                        f"SandboxConfig(options={{{key!r}: {value!r}}})"
+                    )
+        return data
+
+    @field_validator("options")
+    @classmethod
+    def _backend_options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        name = info.data.get("backend")
+        model = registry.options_model(name) if isinstance(name, str) else None
+        if name is None or model is None:
+            return value
+        try:
+            checked = registry.check_options(name, model, value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        complete: dict[str, Any] = checked.model_dump(mode="json")
+        return complete
+
+    def with_options(self, **changes: Any) -> SandboxConfig:
+        """This config with these backend settings changed (checked as a new config)."""
+        data = {**self.model_dump(), "options": {**self.options, **changes}}
+        return SandboxConfig.model_validate(data)
 
 
 _live: weakref.WeakSet[Sandbox] = weakref.WeakSet()

@@ -17,6 +17,9 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from rcb_env import config as settings
 from rcb_env import envs
@@ -39,6 +42,38 @@ from rcb_env.sandbox.warm import WarmLaunch, WarmPool
 from rcb_env.task.models import Paper
 
 _SYSTEM_RO = ("/usr", "/etc", "/lib", "/lib64", "/bin", "/sbin")
+
+
+class BwrapOptions(BaseModel):
+    """The bwrap backend's settings (``SandboxConfig.options`` with ``backend="bwrap"``, or
+    ``auto`` when it picks bwrap)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cgroup_parent: str = "rcb-env"
+    """The cgroup under which each sandbox gets its own group. Point it at a group you limit
+    yourself to cap what all sandboxes together may use."""
+    cgroup_limits: Literal["required", "best-effort", "off"] = "required"
+    """``required`` refuses to run when the memory or pids limit cannot be set (cgroup v1 or
+    v2), ``best-effort`` sets what it can, ``off`` relies on rlimits alone."""
+    read_only: tuple[Path, ...] = ()
+    """More host folders bound read-only at their own paths (a paper's asset cache)."""
+    cgroup_root: Path = Path("/sys/fs/cgroup")
+    """Where the cgroup hierarchies are mounted (or a delegated v2 subtree)."""
+
+    @field_validator("cgroup_parent")
+    @classmethod
+    def _relative_group(cls, value: str) -> str:
+        parts = value.split("/")
+        if value.startswith("/") or not value or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(
+                f"cgroup_parent must be a relative group path like 'rcb-env': {value!r}"
+            )
+        return value
+
+    def group(self, limits: Limits) -> Cgroup:
+        """A new cgroup with ``limits`` for one sandbox or run, under :attr:`cgroup_parent`."""
+        return Cgroup(limits, self.cgroup_parent, policy=self.cgroup_limits, root=self.cgroup_root)
 
 
 @functools.cache
@@ -181,6 +216,7 @@ class BwrapExecutor:
 
     def __init__(self, config: SandboxConfig, scratch: Path) -> None:
         self.config = config
+        self.options = BwrapOptions.model_validate(config.options)
         self.python = str(config.python or settings.task_python())
         self._local = LocalExecutor(output_limit=config.output_limit, scratch=scratch)
         self._identity = _identity(config.user)
@@ -199,16 +235,11 @@ class BwrapExecutor:
         if self._identity is not None:
             check_traversable(area.parent)
             chown_tree(area, *self._identity)
-        group = Cgroup(
-            self.config.limits,
-            self.config.cgroup_parent,
-            policy=self.config.cgroup_limits,
-            root=self.config.cgroup_root,
-        )
+        group = self.options.group(self.config.limits)
         try:
             launcher = bwrap_command(
                 binds=[(str(area), str(area))],
-                ro_binds=(*_python_prefixes(self.python), *map(str, self.config.read_only)),
+                ro_binds=(*_python_prefixes(self.python), *map(str, self.options.read_only)),
                 cwd=str(cwd),
                 env=env,
                 limits=self.config.limits,
@@ -226,12 +257,7 @@ class BwrapExecutor:
             group.remove()
 
     def _group(self) -> Cgroup:
-        return Cgroup(
-            self.config.limits,
-            self.config.cgroup_parent,
-            policy=self.config.cgroup_limits,
-            root=self.config.cgroup_root,
-        )
+        return self.options.group(self.config.limits)
 
     def prepare(self, path: Path) -> None:
         if self._identity is not None:
@@ -248,7 +274,7 @@ class BwrapExecutor:
             chown_tree(control.parent, *self._identity)
             for folder in (control.parent, area, control):
                 folder.chmod(0o711)
-        ro_binds = (*_python_prefixes(self.python), *map(str, self.config.read_only))
+        ro_binds = (*_python_prefixes(self.python), *map(str, self.options.read_only))
         group = self._group()
         prefix = [
             *group.enter_command(),
@@ -278,6 +304,7 @@ class BwrapSandbox(Sandbox):
         if identity is not None:
             check_traversable(scratch)
         super().__init__(template, config, scratch)
+        self.options = BwrapOptions.model_validate(config.options)
         self.python = str(config.python or settings.task_python())
         self._identity = identity
         self._session: ShellSession | None = None
@@ -294,12 +321,7 @@ class BwrapSandbox(Sandbox):
     def _sandbox_command(self) -> list[str]:
         if self._group is not None:  # a restarted session gets a fresh, empty group
             self._group.remove()
-        self._group = Cgroup(
-            self.config.limits,
-            self.config.cgroup_parent,
-            policy=self.config.cgroup_limits,
-            root=self.config.cgroup_root,
-        )
+        self._group = self.options.group(self.config.limits)
         venv_bin = str(Path(self.python).parent)
         env = {
             "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
@@ -316,7 +338,7 @@ class BwrapSandbox(Sandbox):
                     (str(self.workspace), self.workspace_inside),
                     (str(self.control), self.control_inside),
                 ],
-                ro_binds=(*_python_prefixes(self.python), *map(str, self.config.read_only)),
+                ro_binds=(*_python_prefixes(self.python), *map(str, self.options.read_only)),
                 cwd=self.workspace_inside,
                 env=env,
                 limits=self.config.limits,
@@ -358,12 +380,14 @@ class BwrapBackend(Backend):
 
     name = "bwrap"
     auto = True
+    options_model = BwrapOptions
+    options: BwrapOptions
 
     def __init__(self, config: SandboxConfig, scratch: Path) -> None:
         super().__init__(config, scratch)
-        if config.cgroup_limits != "off":
-            cgroups.check(config.cgroup_limits, config.cgroup_root)
-            cgroups.sweep(parent_name=config.cgroup_parent, root=config.cgroup_root)
+        if self.options.cgroup_limits != "off":
+            cgroups.check(self.options.cgroup_limits, self.options.cgroup_root)
+            cgroups.sweep(parent_name=self.options.cgroup_parent, root=self.options.cgroup_root)
         self._warm = WarmPool(scratch, config.warm_processes)
 
     @classmethod
@@ -380,7 +404,10 @@ class BwrapBackend(Backend):
             root = envs.asset_root(paper)
             if _identity(self.config.user) is not None:
                 check_traversable(root)
-            update["read_only"] = (*self.config.read_only, root)
+            update["options"] = {
+                **self.config.options,
+                "read_only": (*self.options.read_only, root),
+            }
         if paper.overlay.env:
             update["env"] = {**self.config.env, **envs.task_env(paper)}
         return self.config.model_copy(update=update) if update else self.config

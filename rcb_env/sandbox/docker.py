@@ -18,6 +18,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from rcb_env import config as settings
 from rcb_env._common import truncate
 from rcb_env.errors import SandboxError
 from rcb_env.sandbox.backend import Backend
@@ -64,6 +67,7 @@ __all__ = [
     "USER",
     "DockerBackend",
     "DockerExecutor",
+    "DockerOptions",
     "DockerSandbox",
     "client",
     "docker_errors",
@@ -73,6 +77,17 @@ __all__ = [
     "probe",
     "remove_leftovers",
 ]
+
+
+class DockerOptions(BaseModel):
+    """The docker backend's settings (``SandboxConfig.options`` with ``backend="docker"``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    docker_base: str = Field(default_factory=settings.docker_base)
+    """The base the paper images were built from (part of their tag)."""
+    pool_size: int = 0
+    """Started containers kept ready per image, so an episode does not wait for one."""
 
 
 class DockerSandbox(Sandbox):
@@ -348,11 +363,13 @@ class DockerBackend(Backend):
 
     name = "docker"
     brings_interpreter = True
+    options_model = DockerOptions
+    options: DockerOptions
 
     def __init__(self, config: SandboxConfig, scratch: Path) -> None:
         super().__init__(config, scratch)
         self._docker = client()
-        self._pool = ContainerPool(self._docker, config, scratch, config.pool_size)
+        self._pool = ContainerPool(self._docker, config, scratch, self.options.pool_size)
         self._images: dict[str, str] = {}
         self._lock = threading.Lock()
         self._warm = WarmPool(scratch, config.warm_processes)
@@ -379,11 +396,11 @@ class DockerBackend(Backend):
         with self._lock:
             if paper.id in self._images:
                 return self._images[paper.id]
-        tag = images.image_tag(paper, images.ImageConfig(base=self.config.docker_base))
+        tag = images.image_tag(paper, images.ImageConfig(base=self.options.docker_base))
         if not images.image_exists(self._docker, tag):
             raise SandboxError(
                 f"no image {tag} for paper {paper.id}: run `rcb-env images build"
-                f" --base {self.config.docker_base}` (with the same --pset) first"
+                f" --base {self.options.docker_base}` (with the same --pset) first"
             )
         with self._lock:
             self._images[paper.id] = tag  # checked once per factory, not once per episode
@@ -402,7 +419,7 @@ class DockerBackend(Backend):
         )
 
     def warm(self, papers: Sequence[Paper]) -> None:
-        if self.config.pool_size > 0:
+        if self.options.pool_size > 0:
             for paper in papers:
                 self._pool.warm(self.image(paper))
 

@@ -20,7 +20,7 @@ from rcb_env import envs
 from rcb_env._common import Frozen
 from rcb_env.grading.grader import Grader, GradingConfig
 from rcb_env.grading.models import FailureKind, GradeResult
-from rcb_env.sandbox import SandboxConfig, SandboxFactory
+from rcb_env.sandbox import SandboxConfig, SandboxFactory, sandbox_config
 from rcb_env.task.models import Paper, Pset, Snippet
 from rcb_env.validation.hacks import ATTACKS, TARGET
 
@@ -153,9 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 
     loaded = load(args.pset or str(bundled_root()), papers=set(args.paper) or None)
     ready = envs.runnable_here(loaded)
-    sandbox = SandboxConfig(backend=args.sandbox)
-    if args.base:
-        sandbox = sandbox.model_copy(update={"docker_base": args.base})
+    sandbox = sandbox_config(args.sandbox, docker_base=args.base or None)
 
     def progress(paper: str, one: Comparison) -> None:
         path = one.not_warm.get(paper, "warm")

@@ -8,6 +8,7 @@
   of its own.
 """
 
+from rcb_env.sandbox.runs import WarmUnavailable
 from rcb_env.sandbox.warm.host import (
     MAX_STARTS,
     MODULES_FILE,
@@ -19,7 +20,6 @@ from rcb_env.sandbox.warm.host import (
     WarmLaunch,
     WarmPool,
     WarmProcess,
-    WarmUnavailable,
     _children,
     _host_pid,
     modules_for,

@@ -12,14 +12,18 @@ own namespaces (:mod:`rcb_env.sandbox.warm.in_sandbox` is that process; this is 
   it before anything of the run exists), the wall-clock kill of the run's whole namespace, the
   same runner with its signed report and reference guard, the same exit-status conventions.
 - A warm process that dies, cannot start, or answers nonsense raises :class:`WarmUnavailable`;
-  the grader then builds a fresh copy and grades it cold (same verdict, the reason in
-  ``discarded``). A key that failed :data:`MAX_STARTS` times stays cold for the run.
+  :meth:`WarmExecutor.attempt` then runs the grading again cold in a fresh copy (same verdict,
+  the reason in its grading path). A key that failed :data:`MAX_STARTS` times stays cold for
+  the run.
+- A new warm process's first run is of the pristine paper (its probe, which the grader
+  remembers as the paper's health); then it imports what that run imported.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import json
 import os
 import queue
@@ -35,11 +39,12 @@ from pathlib import Path
 from typing import IO, Any, Protocol, TypeVar, cast
 
 from rcb_env._common import parse_python
-from rcb_env.errors import SandboxError
+from rcb_env.errors import GradingError, SandboxError
 from rcb_env.logs import get_logger
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox._io import read_capped
-from rcb_env.sandbox.base import ExecResult, Executor, WarmGrading
+from rcb_env.sandbox.base import ExecResult, Executor, GradingRun, WarmGrading
+from rcb_env.sandbox.runs import WarmUnavailable, attempt
 from rcb_env.task.models import Paper
 from rcb_env.task.source import source_for
 from rcb_env.untrusted import open_beneath, read_beneath
@@ -59,10 +64,6 @@ _IDLE_S = 10.0
 MODULES_FILE = "_rcb/modules"
 _MODULES_LIMIT = 16 * 1024 * 1024
 scratch_dirs.register_prefix("rcb-warm-")
-
-
-class WarmUnavailable(SandboxError):
-    """The warm path cannot grade this run; grade it cold."""
 
 
 def _modules_of(path: Path) -> list[str]:
@@ -606,6 +607,7 @@ class _Spawner:
 
 
 _T = TypeVar("_T")
+R = TypeVar("R")
 _SPAWNER = _Spawner()
 
 
@@ -725,8 +727,9 @@ class WarmPool:
 
 class WarmExecutor:
     """An :class:`~rcb_env.sandbox.base.Executor` that grades in a warm process of the paper
-    and says when it cannot (:class:`WarmUnavailable`); :attr:`cold` is the executor to use
-    then. The grader creates each grading copy in :meth:`area` so the warm process sees it."""
+    (its warm capability, :meth:`attempt`), and cold with :attr:`cold` when it cannot
+    (:class:`WarmUnavailable`). Each warm attempt's copy is made in :meth:`area`, where the
+    warm process sees it."""
 
     def __init__(
         self,
@@ -769,8 +772,8 @@ class WarmExecutor:
         return self.process(env).area
 
     def claim_probe(self, env: Mapping[str, str], python: str) -> bool:
-        """Should the caller grade the pristine paper with ``probe=True`` now (once per warm
-        process)?
+        """Is the next run of the pristine paper in this environment to be the probe of its warm
+        process (once per process)?
 
         Raises:
             WarmUnavailable: no warm process for it.
@@ -804,3 +807,67 @@ class WarmExecutor:
             output_limit=self.output_limit,
             probe=probe,
         )
+
+    # the warm capability ----------------------------------------------------------------------
+    def attempt(self, run: GradingRun[R], scratch: Path) -> R:
+        """One attempt of ``run``: in the warm process, or, when the warm path is unavailable,
+        cold with :attr:`cold` in a fresh copy in ``scratch`` (its path ``cold: <why>``)."""
+        try:
+            return self._warm_attempt(run)
+        except WarmUnavailable as exc:
+            log.info("grading cold: the warm path is unavailable", run=run.name, why=str(exc))
+            return attempt(run, scratch, self.cold.run, path=f"cold: {exc}")
+
+    def start(self, env: Mapping[str, str], python: str) -> bool:
+        try:
+            self.area(env, python)
+        except (SandboxError, OSError):
+            return False
+        return True
+
+    def _warm_attempt(self, run: GradingRun[R]) -> R:
+        """A run of the pristine paper may be the new warm process's probe itself (no extra
+        run); any other first makes the probe run (:meth:`_probe`).
+
+        Raises:
+            WarmUnavailable: nothing was decided; run it cold.
+        """
+        probe = run.pristine and self._claim(run)
+        if not probe:
+            self._probe(run)
+        result = self._in_area(run, probe=probe)
+        if probe:
+            run.probed(result)
+        return result
+
+    def _claim(self, run: GradingRun[R]) -> bool:
+        """Is ``run`` to be the probe of its (new) warm process?"""
+        try:
+            return self.claim_probe(run.env, run.python)
+        except SandboxError:
+            return False  # no warm process: the run itself goes cold
+
+    def _probe(self, run: GradingRun[R]) -> None:
+        """A new warm process first runs the pristine paper, then imports what that run
+        imported (lazy imports would otherwise cost every run)."""
+        if not self._claim(run):
+            return
+        first = run.probe()
+        with contextlib.suppress(WarmUnavailable):
+            first.probed(self._in_area(first, probe=True))
+
+    def _in_area(self, run: GradingRun[R], *, probe: bool) -> R:
+        """One attempt in a copy in the warm process's area.
+
+        Raises:
+            WarmUnavailable: no warm process, or its area went away meanwhile (it ended).
+        """
+        area = self.area(run.env, run.python)
+        try:
+            return attempt(run, area, functools.partial(self.run, probe=probe))
+        except GradingError as exc:
+            if area.is_dir():
+                raise
+            raise WarmUnavailable(
+                f"the warm process's area went away: {exc.__cause__ or exc}"
+            ) from exc
