@@ -16,9 +16,11 @@ check: install
 		NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir "$$site"
 
 # The docker tests need an engine: scripts/with-dockerd.sh uses a running one or starts a private
-# one for the duration of the run (and stops it by its pid).
+# one for the duration of the run (and stops it by its pid). Both cores: the Docker tests run on
+# one worker, the Ray tests on one worker, and a test marked `exclusive` while no other runs
+# (tests/conftest.py). The 25 slowest tests are listed at the end.
 test: check
-	bash scripts/with-dockerd.sh $(BIN)/pytest -n 2 --dist loadgroup
+	bash scripts/with-dockerd.sh $(BIN)/pytest -n 2 --dist loadgroup --durations=25
 
 # The fast tier: pure logic and the in-package fake sandbox, no bubblewrap, Docker or long runs
 # (under a minute; runs on a machine without bwrap).

@@ -8,6 +8,7 @@ import shutil
 import sys
 import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ def _worker_temp() -> Path | None:
     return folder
 
 
+_SHARED_TEMP = Path(tempfile.gettempdir())
 _WORKER_TEMP = _worker_temp()
 # Tables read by the CLI tests come out the same width under every runner (xdist's workers
 # inherit COLUMNS=80); set before the CLI's consoles are made.
@@ -147,6 +149,29 @@ def grader(tmp_path: Path) -> Grader:
 #: Fixtures that put a test in a tier: asking for one marks the test (marks per test, from what
 #: it really uses; a test that needs neither runs everywhere, in the fast tier).
 _TIER_FIXTURES = {"require_bwrap": "bwrap", "docker_images": "docker"}
+
+
+_HOST_LOCK = _SHARED_TEMP / "rcb-tests-host.lock"
+"""Shared by the workers of every run on this machine."""
+
+
+@pytest.fixture(autouse=True)
+def _alone_when_exclusive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked ``exclusive`` checks what a run left on the whole host (the sandbox user's
+    processes, /dev/shm, containers): it takes the host lock exclusively, every other test
+    shares it, so under xdist no other test runs meanwhile."""
+    if _WORKER_TEMP is None:
+        yield
+        return
+    import fcntl
+
+    exclusive = request.node.get_closest_marker("exclusive") is not None
+    with open(_HOST_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 #: Tests that share one exclusive resource run on one xdist worker, one after another (``make

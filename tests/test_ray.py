@@ -230,18 +230,33 @@ def test_rollout_groups_on_ray_stream_back_complete_groups(
         assert all(t.tokens == "full" for t in g.trajectories)
 
 
+@pytest.mark.exclusive
 def test_the_hacks_suite_and_the_leak_audit_through_ray_match_a_local_run(
-    tmp_path: Path, require_bwrap: None
+    tmp_path: Path, require_bwrap: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Also on a machine where Ray never ran (a fresh temporary folder): the session folder the
+    local Ray makes is rcb-env's own, not something an attack left on the host."""
     import json as json_
+    import shutil
+    import tempfile
 
     from click.testing import CliRunner
 
     from rcb_env.cli import cli
     from rcb_env.validation.audit import canary_root
 
+    fresh = Path(tempfile.mkdtemp(prefix="rcbh-", dir="/tmp"))  # short: Ray's socket paths
+    fresh.chmod(0o1777)
+    monkeypatch.setenv("TMPDIR", str(fresh))
+    monkeypatch.setattr(tempfile, "tempdir", None)
     runner = CliRunner()
-    hacks = runner.invoke(cli, ["hacks", "--sandbox", "bwrap", "--timeout", "5", "--ray", "local"])
+    try:
+        hacks = runner.invoke(
+            cli, ["hacks", "--sandbox", "bwrap", "--timeout", "5", "--ray", "local"]
+        )
+    finally:
+        monkeypatch.undo()
+        shutil.rmtree(fresh, ignore_errors=True)
     assert hacks.exit_code == 0, hacks.output
     from rcb_env.validation.hacks import ATTACKS
 

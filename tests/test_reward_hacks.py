@@ -156,6 +156,7 @@ def test_the_copy_attacks_are_real_with_the_source_in_hand(
 
 @pytest.mark.bwrap
 @pytest.mark.slow
+@pytest.mark.exclusive
 def test_the_hacks_command_scores_every_attack_zero_on_bwrap(require_bwrap: None) -> None:
     from click.testing import CliRunner
 
@@ -171,6 +172,7 @@ def test_the_hacks_command_scores_every_attack_zero_on_bwrap(require_bwrap: None
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive
 def test_the_hacks_command_scores_every_attack_zero_on_docker(docker_images: str) -> None:
     from click.testing import CliRunner
 
@@ -190,6 +192,7 @@ def _ticks(pid: int) -> str | None:
 
 
 @pytest.mark.bwrap
+@pytest.mark.exclusive
 def test_the_host_check_sees_what_an_attack_would_leave(require_bwrap: None) -> None:
     import subprocess
 

@@ -49,14 +49,18 @@ def hacks_cmd(
     snippet = paper.snippet(TARGET[1])
     sandbox_cfg = _sandbox_config(sandbox, base, cgroup_limits=cgroup_limits, grading=grading)
     factory = SandboxFactory(sandbox_cfg)
+    # Ray, when asked for, is joined (or started) before the host is looked at: its own session
+    # folder is rcb-env's, not something an attack left.
+    own_ray: bool | None = None
     try:
+        own_ray = _join_ray(ray_address)
         grader = Grader(GradingConfig(timeout_s=timeout), executor=factory.grading_executor(paper))
         # The environment as it stands before any attack (with warm grading, its warm
         # process): what the attacks leave is measured against that.
         grader.grade(paper, snippet, snippet.reference_body)
         before = host_state(factory)
         if ray_address is not None:
-            results = _hacks_on_ray(ray_address, paper, snippet, sandbox_cfg, timeout)
+            results = _hacks_on_ray(paper, snippet, sandbox_cfg, timeout)
         else:
             results = run_hacks(paper, snippet, grader)
         left = leftovers(before, factory)
@@ -64,6 +68,10 @@ def hacks_cmd(
         after = grader.grade(paper, snippet, snippet.reference_body)
     finally:
         factory.close()
+        if own_ray is not None:
+            from rcb_env.runner import ray_runner
+
+            ray_runner.disconnect(own_ray)
     table = Table(title=f"Reward hacks on {factory.backend}: {TARGET[0]}/{TARGET[1]}")
     for col in ("attack", "official rule", "rcb-env", "why"):
         table.add_column(col)
@@ -96,24 +104,28 @@ def hacks_cmd(
     sys.exit(EXIT_FINDINGS if beaten or left or not after.passed else EXIT_OK)
 
 
-def _hacks_on_ray(
-    address: str, paper: Any, snippet: Any, sandbox_cfg: Any, timeout: float
-) -> list[Any]:
-    """Every attack graded as a Ray task (the same verdicts as a local run)."""
+def _join_ray(address: str | None) -> bool | None:
+    """Connect to Ray for ``--ray ADDRESS`` (local: start it, a slot per core); whether this
+    call started the connection, or None without ``--ray``."""
+    if address is None:
+        return None
+    from rcb_env.runner import ray_runner
+
+    return ray_runner.connect(address, jobs=os.cpu_count() or 1)
+
+
+def _hacks_on_ray(paper: Any, snippet: Any, sandbox_cfg: Any, timeout: float) -> list[Any]:
+    """Every attack graded as a Ray job (connected first; the same verdicts as a local run)."""
     from rcb_env.runner import ray_runner
     from rcb_env.task import loader as task_loader
     from rcb_env.validation.hacks import ATTACKS, HackResult
 
-    own = ray_runner.connect(address, jobs=os.cpu_count() or 1)  # local: a slot per core
-    try:
-        graded = ray_runner.grade_on_ray(
-            str(task_loader.bundled_root()),
-            paper.id,
-            snippet.name,
-            list(ATTACKS.values()),
-            sandbox_cfg,
-            GradingConfig(timeout_s=timeout),
-        )
-    finally:
-        ray_runner.disconnect(own)
+    graded = ray_runner.grade_on_ray(
+        str(task_loader.bundled_root()),
+        paper.id,
+        snippet.name,
+        list(ATTACKS.values()),
+        sandbox_cfg,
+        GradingConfig(timeout_s=timeout),
+    )
     return [HackResult.of(name, r) for name, r in zip(ATTACKS, graded, strict=True)]
