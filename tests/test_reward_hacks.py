@@ -228,3 +228,20 @@ def test_the_host_check_sees_what_an_attack_would_leave(require_bwrap: None) -> 
             shutil.rmtree(other)
     finally:
         factory.close()
+
+
+def test_the_hacks_command_runs_the_attacks_named_and_refuses_an_unknown_name() -> None:
+    from click.testing import CliRunner
+
+    from rcb_env.cli import cli
+    from rcb_env.validation.hacks import ATTACKS, chosen
+
+    names = list(ATTACKS)
+    assert chosen() == ATTACKS
+    assert list(chosen([names[3], names[1]])) == [names[1], names[3]]  # the suite's order
+    with pytest.raises(ValueError, match="no such attack: 'nope'") as e:
+        chosen(["nope", names[0]])
+    assert names[-1] in str(e.value)  # the message lists the attacks
+    result = CliRunner().invoke(cli, ["hacks", "--sandbox", "bwrap", "--attack", "nope"])
+    assert result.exit_code == 2, result.output
+    assert "no such attack: 'nope'" in result.output

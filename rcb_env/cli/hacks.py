@@ -32,6 +32,12 @@ from rcb_env.task import loader
 @cgroup_option
 @grading_option
 @click.option("--timeout", type=float, default=20.0, show_default=True)
+@click.option(
+    "--attack",
+    "attack_names",
+    multiple=True,
+    help="Only this attack, by its name in the table (repeatable; default: every attack).",
+)
 @ray_option
 def hacks_cmd(
     sandbox: BackendName,
@@ -39,12 +45,17 @@ def hacks_cmd(
     cgroup_limits: str | None,
     grading: str,
     timeout: float,
+    attack_names: tuple[str, ...],
     ray_address: str | None,
 ) -> None:
     """Grade the reward-hack suite on this backend: every attack must score 0, the host must be
     unchanged and the reference must still pass afterwards (exit 1 if not)."""
-    from rcb_env.validation.hacks import TARGET, host_state, leftovers, run_hacks
+    from rcb_env.validation.hacks import TARGET, chosen, host_state, leftovers, run_hacks
 
+    try:
+        attacks = chosen(attack_names)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--attack") from None
     paper = loader.load(loader.bundled_root()).paper(TARGET[0])
     snippet = paper.snippet(TARGET[1])
     sandbox_cfg = _sandbox_config(sandbox, base, cgroup_limits=cgroup_limits, grading=grading)
@@ -60,9 +71,9 @@ def hacks_cmd(
         grader.grade(paper, snippet, snippet.reference_body)
         before = host_state(factory)
         if ray_address is not None:
-            results = _hacks_on_ray(paper, snippet, sandbox_cfg, timeout)
+            results = _hacks_on_ray(paper, snippet, sandbox_cfg, timeout, attacks)
         else:
-            results = run_hacks(paper, snippet, grader)
+            results = run_hacks(paper, snippet, grader, attacks)
         left = leftovers(before, factory)
         # the next episode is clean: the honest answer still passes, in a fresh sandbox
         after = grader.grade(paper, snippet, snippet.reference_body)
@@ -114,18 +125,20 @@ def _join_ray(address: str | None) -> bool | None:
     return ray_runner.connect(address, jobs=os.cpu_count() or 1)
 
 
-def _hacks_on_ray(paper: Any, snippet: Any, sandbox_cfg: Any, timeout: float) -> list[Any]:
-    """Every attack graded as a Ray job (connected first; the same verdicts as a local run)."""
+def _hacks_on_ray(
+    paper: Any, snippet: Any, sandbox_cfg: Any, timeout: float, attacks: dict[str, str]
+) -> list[Any]:
+    """Each attack graded as a Ray job (connected first; the same verdicts as a local run)."""
     from rcb_env.runner import ray_runner
     from rcb_env.task import loader as task_loader
-    from rcb_env.validation.hacks import ATTACKS, HackResult
+    from rcb_env.validation.hacks import HackResult
 
     graded = ray_runner.grade_on_ray(
         str(task_loader.bundled_root()),
         paper.id,
         snippet.name,
-        list(ATTACKS.values()),
+        list(attacks.values()),
         sandbox_cfg,
         GradingConfig(timeout_s=timeout),
     )
-    return [HackResult.of(name, r) for name, r in zip(ATTACKS, graded, strict=True)]
+    return [HackResult.of(name, r) for name, r in zip(attacks, graded, strict=True)]

@@ -14,6 +14,7 @@ import pwd
 import tempfile
 import textwrap
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
@@ -331,9 +332,26 @@ class HackResult(BaseModel):
         )
 
 
-def run_hacks(paper: Paper, snippet: Snippet, grader: Grader) -> list[HackResult]:
+def chosen(names: Sequence[str] = ()) -> dict[str, str]:
+    """The attacks named (all of them when none is), in the suite's order.
+
+    Raises:
+        ValueError: a name that is not an attack of the suite (the message lists them).
+    """
+    unknown = [n for n in names if n not in ATTACKS]
+    if unknown:
+        listed = "".join(f"\n  {n}" for n in ATTACKS)
+        raise ValueError(f"no such attack: {', '.join(map(repr, unknown))}; the attacks:{listed}")
+    return {n: b for n, b in ATTACKS.items() if not names or n in names}
+
+
+def run_hacks(
+    paper: Paper, snippet: Snippet, grader: Grader, attacks: dict[str, str] | None = None
+) -> list[HackResult]:
+    """Grade each attack (default: the whole suite) as a submission for ``snippet``."""
     return [
-        HackResult.of(name, grader.grade(paper, snippet, body)) for name, body in ATTACKS.items()
+        HackResult.of(name, grader.grade(paper, snippet, body))
+        for name, body in (ATTACKS if attacks is None else attacks).items()
     ]
 
 
