@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rcb_agents.models import ModelConfig
+from rcb_agents.testing import Fault, Reply, ScriptedModelServer
 
 from rcb_env import config
 from rcb_env.grading import GradingConfig
@@ -22,13 +24,6 @@ from rcb_env.runner import BudgetConfig, EvalConfig, run_eval
 from rcb_env.sandbox import SandboxConfig
 from rcb_env.task import Pset, Snippet, bundled_root, load
 from rcb_env.task.selection import select_snippets
-
-pytest.importorskip("agents")
-pytest.importorskip("smolagents")
-pytest.importorskip("minisweagent")
-
-from rcb_agents.models import ModelConfig
-from rcb_agents.testing import Fault, Reply, ScriptedModelServer
 
 pytestmark = pytest.mark.slow
 

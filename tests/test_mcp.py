@@ -15,16 +15,13 @@ import pytest
 
 from rcb_env import config, tool_specs
 from rcb_env.grading import GradingConfig
+from rcb_env.integrations.bridge import ENDED, EpisodeBridge
+from rcb_env.integrations.mcp_server import build_server
 from rcb_env.results import read_records
 from rcb_env.results.records import EpisodeRecord
 from rcb_env.runner import BudgetConfig, EvalConfig, run_eval
 from rcb_env.sandbox import SandboxConfig, SandboxFactory
 from rcb_env.task import Paper, Pset, Snippet, bundled_root, load
-
-pytest.importorskip("mcp")
-
-from rcb_env.integrations.bridge import ENDED, EpisodeBridge
-from rcb_env.integrations.mcp_server import build_server
 
 pytestmark = pytest.mark.slow
 

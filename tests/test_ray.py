@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray
 
 from rcb_env import config
 from rcb_env.grading import GradingConfig
@@ -19,8 +20,6 @@ from rcb_env.results.records import EpisodeRecord
 from rcb_env.runner import EvalConfig, run_eval
 from rcb_env.sandbox import SandboxConfig
 from rcb_env.task import Pset, bundled_root, load
-
-ray = pytest.importorskip("ray")
 
 pytestmark = pytest.mark.slow
 
@@ -373,6 +372,38 @@ def test_the_drivers_watchdog_cancels_a_group_past_its_deadline(
     assert [f[0] for f in failures] == [job]
     assert "watchdog" in failures[0][1]
     assert took < 10
+
+
+def test_a_job_waiting_for_a_slot_is_not_late(
+    require_bwrap: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three groups on one sandbox slot, each well within its deadline but not three in a row:
+    each is handed to Ray when the slot is free, so the watchdog times each from its start."""
+    from rcb_env.episode.driver import BudgetConfig
+    from rcb_env.runner import ray_runner
+    from rcb_env.runner.eval import task_hash
+    from rcb_env.runner.ray_runner import EvalGroup, RayDispatcher, TaskRef
+
+    monkeypatch.setattr(ray_runner, "WATCHDOG_MARGIN_S", 0.0)
+    snippet = _snippets(1).snippets[0]
+    cfg = _cfg("rcb_env.testing:SleepThenSubmit").model_copy(
+        update={
+            "budgets": BudgetConfig(max_wall_s=8.0),
+            "grading": GradingConfig(python=config.task_python(), timeout_s=4.0),
+        }
+    )
+    task = TaskRef(str(bundled_root()), None, "adamw-warmup", snippet.name, task_hash(snippet))
+    jobs = [EvalGroup(task, (i,), cfg, f"queued{i}") for i in range(3)]
+    assert jobs[0].deadline_s() == 12.0  # an episode sleeps 3 s, then is graded
+    failures: list[str] = []
+    records: list[Any] = []
+    dispatcher = RayDispatcher("local", jobs=1)
+    try:
+        dispatcher.run(jobs, lambda _j, r: records.extend(r), lambda _j, why: failures.append(why))
+    finally:
+        dispatcher.close()
+    assert failures == []
+    assert len(records) == 3
 
 
 @pytest.fixture

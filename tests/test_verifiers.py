@@ -12,16 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rcb_agents.testing import Reply, ScriptedModelServer
 
 from rcb_env import config
 from rcb_env.results import read_records
 from rcb_env.task import bundled_root, load
-
-pytest.importorskip("verifiers")
-
-from rcb_agents.testing import Reply, ScriptedModelServer
-
-from rcb_env.integrations.verifiers import offline_harness_env
 
 pytestmark = pytest.mark.slow
 
@@ -32,6 +27,8 @@ TARGET = ("adamw-warmup", "bias correction")
 def offline_harness(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """verifiers' harness program prepared from the wheels the install downloaded, with uv
     from this venv; every connection but loopback goes to a dead proxy, so a download fails."""
+    from rcb_env.integrations.verifiers import offline_harness_env  # imports verifiers: seconds
+
     wheels = config.rcb_home() / "wheels" / "verifiers-harness"
     if not (wheels / ".rcb-stamp").exists():
         pytest.fail(f"{wheels} is missing: run scripts/install.sh")

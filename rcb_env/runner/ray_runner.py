@@ -56,6 +56,11 @@ WATCHDOG_MARGIN_S = 300.0
 SHIP_LIMIT = 512 * 2**20
 
 
+def _sandbox_slots() -> int:
+    """The sandbox slots of the cluster's live nodes."""
+    return int(ray.cluster_resources().get(RESOURCE, 0))  # type: ignore[no-untyped-call]
+
+
 def watchdog_s(budget_s: float, episodes: int = 1) -> float:
     """The watchdog's deadline of a job whose budgets allow ``budget_s`` seconds for ``episodes``
     episodes run one after another."""
@@ -450,8 +455,9 @@ class RayDispatcher:
     ) -> None:
         """Run ``jobs``; each result reaches ``on_done`` as its job finishes; a job that fails
         for good (its node died more than ``max_retries`` times, the watchdog's deadline
-        passed, it raised) reaches ``on_failure`` with why. The watchdog's clock starts when a
-        job is handed to Ray (warm: to a worker with a free slot, so when it starts)."""
+        passed, it raised) reaches ``on_failure`` with why. A job is handed to Ray when a
+        sandbox slot is free for it (cold: as many at once as the cluster has slots; warm: to a
+        worker with a free slot), and the watchdog's clock starts then."""
         queue: list[J] = list(jobs)
         pending: dict[Any, tuple[J, str | None, float, float | None]] = {}
         moved: dict[str, int] = {}
@@ -466,9 +472,16 @@ class RayDispatcher:
 
         while queue or pending:
             if not self.warm:
-                for job in queue:
+                # Handed to Ray only when a slot is free, so a job's clock starts when it
+                # starts (a job waiting in Ray's queue behind others is not late).
+                room = _sandbox_slots() - len(pending)
+                if room <= 0 and not pending and queue:
+                    for job in queue:
+                        on_failure(job, f"no live node declares the {RESOURCE!r} resource")
+                    queue.clear()
+                for job in queue[: max(0, room)]:
                     submit(job, None)
-                queue.clear()
+                del queue[: max(0, room)]
             elif not self.workers:
                 for job in queue:
                     on_failure(job, "no worker is left: every node with sandbox slots is gone")

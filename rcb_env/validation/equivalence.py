@@ -45,7 +45,7 @@ def verdict(r: GradeResult) -> tuple[Any, ...]:
     """What must not depend on the path. Which tests had finished when a run was killed at the
     wall-clock limit depends on how busy the machine was, not on the path: a timeout is
     compared without its per-test results."""
-    timed_out = r.kind is FailureKind.TIMEOUT
+    timed_out = r.timed_out or r.kind is FailureKind.TIMEOUT
     tests = () if timed_out else tuple((t.name, t.status) for t in r.tests)
     return (r.outcome, r.kind, r.official_pass, tests)
 
