@@ -296,9 +296,25 @@ def test_a_node_without_the_tasks_receives_them_through_the_object_store(
         assert tree is not None
         shutil.rmtree(root)  # this "node" no longer has the folder the driver names
         here = ray.get(ray.remote(tasks_here).remote(str(root), [tree]))
+        data = ray.get(tree)
     finally:
         ray.shutdown()
     assert here != str(root)
+    # Jobs starting at once on another node that lacks the tasks: every one gets them.
+    monkeypatch.setenv("RCB_ENV_HOME", str(tmp_path / "other-node"))
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    start = Barrier(8)
+
+    def job(_: int) -> str:
+        start.wait()
+        return tasks_here(str(root), data)
+
+    with ThreadPoolExecutor(8) as pool:
+        places = set(pool.map(job, range(8)))
+    (place,) = places
+    assert sorted(p.name for p in Path(place).parent.iterdir()) == [Path(place).name]
     assert Path(here).is_relative_to(tmp_path / "home" / "ray-tasks")
     received = load(here)
     assert {s.id: task_hash(s) for s in received.snippets} == {
@@ -404,6 +420,28 @@ def test_a_job_waiting_for_a_slot_is_not_late(
         dispatcher.close()
     assert failures == []
     assert len(records) == 3
+
+
+def test_a_cluster_without_sandbox_slots_is_a_clear_error_of_every_command(
+    require_bwrap: None,
+) -> None:
+    from click.testing import CliRunner
+
+    from rcb_env.cli import cli
+    from rcb_env.errors import RcbError
+
+    ray.init(num_cpus=1, include_dashboard=False)  # no node declares rcb_sandbox
+    try:
+        for argv in (
+            ["hacks", "--sandbox", "bwrap", "--attack", "skip every test", "--ray", "auto"],
+            ["eval", "--agent", "oracle", "--paper", "adamw-warmup", "--ray", "auto"],
+        ):
+            result = CliRunner().invoke(cli, argv)
+            # an RcbError: `rcb-env` prints its message and exits 4 (tests/test_cli.py)
+            assert isinstance(result.exception, RcbError), (argv, result.output)
+            assert "declares the 'rcb_sandbox' resource" in str(result.exception)
+    finally:
+        ray.shutdown()
 
 
 @pytest.fixture

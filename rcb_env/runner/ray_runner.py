@@ -30,6 +30,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import ray
 
+from rcb_env.errors import ConfigError
 from rcb_env.runner.episode import EvalConfig, task_hash
 from rcb_env.sandbox import SandboxConfig, SandboxFactory
 from rcb_env.task.models import Paper, Pset, Snippet
@@ -54,6 +57,11 @@ RESOURCE = "rcb_sandbox"
 WATCHDOG_MARGIN_S = 300.0
 #: Task trees larger than this are not shipped through the object store (prepare the node).
 SHIP_LIMIT = 512 * 2**20
+
+
+class NoSandboxSlotsError(ConfigError, RuntimeError):
+    """The Ray cluster has no node that declares the ``rcb_sandbox`` resource (a command says
+    so and exits 4, like any other setting it cannot work with)."""
 
 
 def _sandbox_slots() -> int:
@@ -176,11 +184,21 @@ def tasks_here(where: str, tree: Any) -> str:
         digest = hashlib.sha256(data).hexdigest()[:16]
         dest = config.rcb_home() / "ray-tasks" / digest / Path(where).name
     if not dest.exists():
-        staging = dest.with_name(dest.name + ".partial")
-        staging.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            tar.extractall(staging, filter="data")
-        staging.rename(dest)
+        # Unpacked beside its place under a name of this process's own, then renamed into
+        # place: jobs starting at once on a node that lacks the tasks each unpack their copy,
+        # the first rename wins and the others' copies go.
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+        staging.chmod(0o755)  # as a folder made the usual way: the sandbox user reads it
+        try:
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+                tar.extractall(staging, filter="data")
+            with contextlib.suppress(OSError):  # another job's copy is in place already
+                staging.rename(dest)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        if not dest.exists():
+            raise RuntimeError(f"the shipped tasks could not be put in place at {dest}")
     return where if known is not None else str(dest)
 
 
@@ -323,7 +341,7 @@ def connect(address: str | None, jobs: int = 1) -> bool:
     call started the connection (then the caller shuts it down).
 
     Raises:
-        RuntimeError: no node declares the ``rcb_sandbox`` resource.
+        NoSandboxSlotsError: no node declares the ``rcb_sandbox`` resource.
     """
     own = False
     if not ray.is_initialized():
@@ -344,7 +362,7 @@ def connect(address: str | None, jobs: int = 1) -> bool:
     if not ray.cluster_resources().get(RESOURCE):  # type: ignore[no-untyped-call]
         if own:
             ray.shutdown()
-        raise RuntimeError(
+        raise NoSandboxSlotsError(
             f"no node of the Ray cluster declares the {RESOURCE!r} resource: start workers "
             f"with ray start --resources='{{\"{RESOURCE}\": N}}'"
         )
@@ -399,7 +417,11 @@ class RayDispatcher:
         self.homes: dict[str, str] = {}
         """Warm mode: a job's home -> the node whose worker runs its jobs."""
         if warm:
-            self._start_workers()
+            try:
+                self._start_workers()
+            except BaseException:
+                self.close()  # the workers started so far, the counter, an own Ray
+                raise
 
     def __enter__(self) -> RayDispatcher:
         return self
