@@ -423,18 +423,19 @@ def test_a_job_waiting_for_a_slot_is_not_late(
 
 
 def test_a_cluster_without_sandbox_slots_is_a_clear_error_of_every_command(
-    require_bwrap: None,
+    require_bwrap: None, tmp_path: Path
 ) -> None:
     from click.testing import CliRunner
 
     from rcb_env.cli import cli
     from rcb_env.errors import RcbError
 
+    runs = ["--runs-dir", str(tmp_path / "runs")]
     ray.init(num_cpus=1, include_dashboard=False)  # no node declares rcb_sandbox
     try:
         for argv in (
             ["hacks", "--sandbox", "bwrap", "--attack", "skip every test", "--ray", "auto"],
-            ["eval", "--agent", "oracle", "--paper", "adamw-warmup", "--ray", "auto"],
+            ["eval", "--agent", "oracle", "--paper", "adamw-warmup", "--ray", "auto", *runs],
         ):
             result = CliRunner().invoke(cli, argv)
             # an RcbError: `rcb-env` prints its message and exits 4 (tests/test_cli.py)
