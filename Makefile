@@ -45,7 +45,7 @@ bench: install
 # validate every ready paper 3 times, run the oracle and the null agent, audit it.
 published: install
 	$(BIN)/rcb-env get researchcodebench $(if $(RCB_FROM),--from $(RCB_FROM))
-	$(BIN)/rcb-env setup researchcodebench --jobs 2
+	$(BIN)/rcb-env setup researchcodebench --jobs 2 --offline
 	$(BIN)/rcb-env validate --pset researchcodebench --jobs 2 --repeat 3
 	$(BIN)/rcb-env eval --pset researchcodebench --agent oracle --jobs 2 --runs-dir runs/published-oracle
 	$(BIN)/rcb-env eval --pset researchcodebench --agent null --jobs 2 --runs-dir runs/published-null

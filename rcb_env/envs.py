@@ -22,18 +22,23 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
 from rcb_env import config
 from rcb_env._common import Frozen
-from rcb_env.catalog import standins
-from rcb_env.errors import SandboxError
-from rcb_env.task.models import Paper, Pset
+from rcb_env.catalog import assets as assets_
+from rcb_env.catalog import gitpkg, standins
+from rcb_env.errors import ConfigError, SandboxError
+from rcb_env.task.models import FETCHED_BY_GET, Paper, Pset
 
 READY = ".rcb-ready"
+
+
+#: An asset could not be fetched, is not pinned, or does not verify (raised by fetch_assets).
+AssetError = assets_.AssetError
 
 
 class EnvironmentMissing(SandboxError):
@@ -66,6 +71,11 @@ class EnvSpec(Frozen):
     @property
     def built(self) -> bool:
         return (self.folder / READY).is_file()
+
+    @property
+    def git_packages(self) -> tuple[str, ...]:
+        """Requirements built from a git commit (they need network, once)."""
+        return tuple(r for r in self.requirements if gitpkg.is_git(r))
 
 
 def base_python() -> Path:
@@ -133,7 +143,7 @@ def asset_root(paper: Paper) -> Path:
     """The paper's read-only asset folder (content-addressed by its asset list)."""
     h = hashlib.sha256()
     for a in paper.overlay.assets:
-        h.update(f"{a.sha256} {a.path}\n".encode())
+        h.update(f"{a.key} {a.sha256} {a.revision} {a.folder} {a.files}\n".encode())
     return config.rcb_home() / "assets" / f"{paper.slug}-{h.hexdigest()[:12]}"
 
 
@@ -147,18 +157,20 @@ def task_env(paper: Paper) -> dict[str, str]:
     return {k: v.replace("{assets}", root) for k, v in paper.overlay.env.items()}
 
 
-class AssetError(SandboxError):
-    """An asset could not be fetched, or its hash is not the pinned one."""
-
-
-def fetch_assets(paper: Paper, log: Callable[[str], None] = lambda _l: None) -> Path:
+def fetch_assets(
+    paper: Paper,
+    log: Callable[[str], None] = lambda _l: None,
+    *,
+    pin: bool = False,
+    hub_endpoint: str | None = None,
+) -> Path:
     """Download and verify the paper's assets into its asset folder (once; atomically).
+    ``pin``: resolve and record what the overlay does not pin (:mod:`rcb_env.catalog.assets`);
+    ``hub_endpoint``: the model hub's URL (default: the client's own).
 
     Raises:
-        AssetError: a download failed or a hash differs (nothing is installed).
+        AssetError: not pinned, a download failed, or a hash differs (nothing is installed).
     """
-    import urllib.request
-
     root = asset_root(paper)
     if (root / READY).is_file():
         return root
@@ -166,23 +178,10 @@ def fetch_assets(paper: Paper, log: Callable[[str], None] = lambda _l: None) -> 
     staging = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
     try:
         for asset in paper.overlay.assets:
-            target = staging / asset.path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            log(f"{paper.id}: fetching {asset.url}")
-            digest = hashlib.sha256()
-            try:
-                with urllib.request.urlopen(asset.url, timeout=60) as r, target.open("wb") as f:
-                    while chunk := r.read(1 << 20):
-                        digest.update(chunk)
-                        f.write(chunk)
-            except OSError as exc:
-                raise AssetError(f"{paper.id}: cannot fetch {asset.url}: {exc}") from exc
-            if digest.hexdigest() != asset.sha256:
-                raise AssetError(
-                    f"{paper.id}: {asset.url} has SHA-256 {digest.hexdigest()[:16]}..., not the "
-                    f"pinned {asset.sha256[:16]}...; nothing was installed"
-                )
-        (staging / READY).write_text("\n".join(a.sha256 for a in paper.overlay.assets))
+            assets_.fetch(
+                asset, staging, pin=pin, hub_endpoint=hub_endpoint, owner=paper.id, log=log
+            )
+        (staging / READY).write_text("\n".join(a.key for a in paper.overlay.assets))
         subprocess.run(["chmod", "-R", "a+rX,go-w", str(staging)], check=False)
         if root.exists():
             shutil.rmtree(root)
@@ -241,6 +240,25 @@ def runnable_here(pset: Pset, *, interpreter_given: bool = False) -> Pset:
     return pset.model_copy(update={"papers": tuple(papers)})
 
 
+def network_needs(paper: Paper) -> list[str]:
+    """What ``rcb-env setup`` would still fetch over the network for ``paper``: its assets, and
+    the git-pinned packages of its environment whose wheels are not cached."""
+    found = []
+    if not assets_ready(paper):
+        labels = ", ".join(a.label for a in paper.overlay.assets)
+        found.append(f"assets (setup --assets): {labels}")
+    spec = spec_for(paper)
+    if spec is not None and not spec.built:
+        uncached = []
+        for r in spec.git_packages:
+            g = gitpkg.parse(r)
+            if g is not None and not any(gitpkg.wheel_dir(g, _base_version()).glob("*.whl")):
+                uncached.append(r)
+        if uncached:
+            found.append(f"git packages (setup): {', '.join(uncached)}")
+    return found
+
+
 class BuildReport(Frozen):
     name: str
     folder: str
@@ -279,8 +297,12 @@ def build(spec: EnvSpec, log: Callable[[str], None] = lambda _l: None) -> tuple[
         )
         if run.returncode != 0:
             return False, f"venv: {run.stderr.strip()[-2000:]}"
+        try:
+            requirements = gitpkg.resolve(spec.requirements, spec.python, _base_version(), log)
+        except (gitpkg.GitPackageError, ConfigError) as exc:
+            return False, f"git package: {exc}"
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as req:
-            req.write("\n".join(spec.requirements) + "\n")
+            req.write("\n".join(requirements) + "\n")
         log(f"{spec.name}: pip install {len(spec.requirements)} requirements")
         run = subprocess.run(
             [
@@ -339,6 +361,9 @@ def setup(
     *,
     jobs: int = 1,
     assets: bool = False,
+    pin: bool = False,
+    hub_endpoint: str | None = None,
+    offline: bool = False,
     log: Callable[[str], None] = lambda _l: None,
     on_done: Callable[[BuildReport], None] | None = None,
 ) -> list[BuildReport]:
@@ -348,13 +373,13 @@ def setup(
     asset with its reason) and the others still build."""
     papers = list(papers)
     reports: list[BuildReport] = []
-    if assets:
+    if assets and not offline:
         for paper in papers:
             if not paper.overlay.assets or paper.overlay.known_issue:
                 continue
             t0 = time.monotonic()
             try:
-                root = fetch_assets(paper, log)
+                root = fetch_assets(paper, log, pin=pin, hub_endpoint=hub_endpoint)
                 reports.append(
                     BuildReport(
                         name=f"assets:{paper.id}",
@@ -383,6 +408,8 @@ def setup(
     for paper in papers:
         spec = spec_for(paper)
         if spec is not None and not paper.overlay.known_issue:
+            if offline and not spec.built and network_needs(paper):
+                continue  # said per paper by network_needs
             by_spec.setdefault(spec, []).append(paper.id)
 
     def one(item: tuple[EnvSpec, list[str]]) -> BuildReport:
@@ -406,3 +433,72 @@ def setup(
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         return reports + list(pool.map(one, by_spec.items()))
+
+
+class Plan(Frozen):
+    """Per paper: what runs now, what a networked ``rcb-env get`` and ``setup --assets`` would
+    fetch, and what would still keep it from running."""
+
+    paper: str
+    status: Literal["ready", "unavailable"]
+    reason: str = ""
+    get: tuple[str, ...] = ()
+    """What ``get`` would fetch (LFS objects, submodules, files a partial source lacked)."""
+    get_bytes: int = 0
+    """Bytes of those LFS objects (their pointers say)."""
+    setup: tuple[str, ...] = ()
+    """What ``setup --assets`` would fetch or build from the network."""
+    after: str = ""
+    """Why it would still not run after both ("" : it would run)."""
+
+
+def _after(paper: Paper, submodule_pending: bool) -> str:
+    if paper.overlay.known_issue:
+        return paper.overlay.known_issue
+    if paper.unavailable:
+        if submodule_pending:
+            return "not known until the submodule is fetched (its goal file is checked then)"
+        return paper.unavailable
+    if not paper.snippets:
+        return ""
+    left = []
+    for s in paper.snippets:
+        if s.blockers:
+            rest = [b.reason for b in s.blockers if b.kind not in FETCHED_BY_GET]
+        else:
+            rest = [s.unavailable] if s.unavailable else []
+        left.append(rest)
+    if any(not rest for rest in left):
+        blocked = sum(1 for rest in left if rest)
+        return (
+            f"{blocked} of {len(left)} still not: {next(r[0] for r in left if r)}"
+            if blocked
+            else ""
+        )
+    reasons = sorted({rest[0] for rest in left})
+    return "; ".join(reasons)
+
+
+def plan(
+    papers: Iterable[Paper], gets: Mapping[str, tuple[tuple[str, ...], int, bool]] | None = None
+) -> list[Plan]:
+    """The plan of each paper. ``gets``: per paper id, what ``get`` would fetch for it (lines),
+    the LFS bytes, and whether a submodule is among them (from
+    :func:`rcb_env.catalog.complete.needs`)."""
+    gets = gets or {}
+    rows = []
+    for paper in papers:
+        a = availability(paper)
+        get_lines, get_bytes, submodule = gets.get(paper.id, ((), 0, False))
+        rows.append(
+            Plan(
+                paper=paper.id,
+                status=a.status,
+                reason=a.reason,
+                get=get_lines,
+                get_bytes=get_bytes,
+                setup=tuple(network_needs(paper)),
+                after=_after(paper, submodule),
+            )
+        )
+    return rows

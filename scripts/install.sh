@@ -56,7 +56,7 @@ want=$(stamp_of pyproject.toml)
 if [ "$(cat .venv/.rcb-stamp 2>/dev/null)" != "$want" ]; then
   say "installing rcb-env into .venv"
   pip_in .venv/bin/python install -q --upgrade pip
-  pip_in .venv/bin/python install -q -e '.[agents,rl,ray,mcp,verifiers,mini-swe-agent,openai-agents,smolagents,dev]'
+  pip_in .venv/bin/python install -q -e '.[agents,rl,ray,mcp,hub,verifiers,mini-swe-agent,openai-agents,smolagents,dev]'
   echo "$want" > .venv/.rcb-stamp
 fi
 

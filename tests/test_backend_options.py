@@ -13,6 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from rcb_env import config, envs
+from rcb_env.catalog.assets import Asset
 from rcb_env.cli._app import _sandbox_config
 from rcb_env.errors import ConfigError
 from rcb_env.runner.spec import RunSpec
@@ -21,7 +22,6 @@ from rcb_env.sandbox.bwrap import BwrapBackend, BwrapExecutor, BwrapOptions
 from rcb_env.sandbox.docker import DockerOptions
 from rcb_env.sandbox.registry import check_options, comparable
 from rcb_env.task import bundled_root, load
-from rcb_env.task.models import Asset
 
 MOVED = {
     "docker_base": ("docker", "my/base:1"),

@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field
+
 from rcb_env import config
 from rcb_env._common import Frozen
 from rcb_env.errors import ConfigError, MissingTaskFileError
@@ -47,6 +49,15 @@ class Benchmark(Frozen):
     """rcb-env's overlay for it, a file beside this module."""
     results: str | None = None
     """Where the paper's own results file lies in the repository (for ``import-results``)."""
+    submodules: dict[str, str] = Field(default_factory=dict)
+    """Git URL of each submodule link in the task tree (path relative to :attr:`folder`): the
+    benchmark records only the commit, and ``rcb-env get`` fetches that commit from here."""
+
+    @property
+    def lfs_endpoint(self) -> str:
+        """The Git LFS server of :attr:`repository` (Git LFS's rule: ``<url>.git/info/lfs``)."""
+        base = self.repository.rstrip("/").removesuffix(".git")
+        return f"{base}.git/info/lfs"
 
     @property
     def archive_url(self) -> str:
@@ -85,6 +96,15 @@ BENCHMARKS: dict[str, Benchmark] = {
             verify="git",
             source="lmr",
             overlay="lmr-bench.yaml",
+            # the commit records three submodule links and no .gitmodules; each task's
+            # info.json names the repository (repo_url)
+            submodules={
+                "10-TimeDistill/TimeDistill": "https://github.com/LingFengGold/TimeDistill.git",
+                "19-Native-Sparse-Attention/NSA": (
+                    "https://github.com/fla-org/native-sparse-attention.git"
+                ),
+                "21-TimeMixer/TimeMixer": "https://github.com/kwuking/TimeMixer.git",
+            },
         ),
     )
 }

@@ -74,8 +74,9 @@ def _is_git_dir(path: Path) -> bool:
 
 def _listing(gitdir: Path, commit: str, folder: str) -> list[tuple[str, str, str, str]]:
     """git's listing of ``folder`` at ``commit``: (path relative to folder, mode, type, id)."""
+    spec = ["--", folder] if folder else []
     run = subprocess.run(
-        ["git", "-C", str(gitdir), "ls-tree", "-r", "-z", "--full-tree", commit, "--", folder],
+        ["git", "-C", str(gitdir), "ls-tree", "-r", "-z", "--full-tree", commit, *spec],
         capture_output=True,
         check=False,
     )
@@ -85,7 +86,7 @@ def _listing(gitdir: Path, commit: str, folder: str) -> list[tuple[str, str, str
             f"{run.stderr.decode(errors='replace').strip()[-400:]}"
         )
     entries = []
-    prefix = folder.rstrip("/") + "/"
+    prefix = folder.rstrip("/") + "/" if folder else ""
     for record in run.stdout.split(b"\0"):
         if not record:
             continue
@@ -94,23 +95,24 @@ def _listing(gitdir: Path, commit: str, folder: str) -> list[tuple[str, str, str
         rel = path.decode("utf-8", "surrogateescape")
         entries.append((rel.removeprefix(prefix), mode, kind, oid))
     if not entries:
-        raise FetchError(f"{gitdir}: no {folder}/ folder at {commit[:12]}")
+        raise FetchError(f"{gitdir}: no {folder or 'file'}/ folder at {commit[:12]}")
     return entries
 
 
 def _git_extract(
     gitdir: Path, commit: str, folder: str, dest: Path, log: Callable[[str], None]
-) -> tuple[str, list[str], list[str]]:
+) -> tuple[str, list[str], list[tuple[str, str]]]:
     """Write ``folder`` at ``commit`` from ``gitdir``'s object store into ``dest``: every file
     whose object is there (checked against its id), an empty folder per submodule link.
-    Returns the listing hash, the files the store lacks and the submodule folders."""
+    Returns the listing hash, the files the store lacks and the submodule folders with the
+    commit each records."""
     entries = _listing(gitdir, commit, folder)
     missing: list[str] = []
-    submodules: list[str] = []
+    submodules: list[tuple[str, str]] = []
     blobs = [(rel, mode, oid) for rel, mode, kind, oid in entries if kind == "blob"]
-    for rel, _mode, kind, _oid in entries:
+    for rel, _mode, kind, oid in entries:
         if kind == "commit":
-            submodules.append(rel)
+            submodules.append((rel, oid))
             (dest / rel).mkdir(parents=True, exist_ok=True)
     with subprocess.Popen(
         ["git", "-C", str(gitdir), "cat-file", "--batch"],
@@ -224,7 +226,7 @@ def _fetch_git_verified(
             f"{bench.tree_hash[:16]}...; nothing was installed"
         )
     extra = "".join(f"{MISSING}\t{m}\n" for m in missing)
-    extra += "".join(f"{SUBMODULE}\t{m}\n" for m in submodules)
+    extra += "".join(f"{SUBMODULE}\t{m}\t{oid}\n" for m, oid in submodules)
     return tree, extra
 
 
@@ -238,7 +240,8 @@ def verified_gaps(root: Path) -> tuple[set[str], set[str]]:
     except OSError:
         return missing, submodules
     for line in lines[2:]:
-        kind, _, rel = line.partition("\t")
+        kind, _, rest = line.partition("\t")
+        rel = rest.split("\t", 1)[0]
         if kind == MISSING:
             missing.add(rel)
         elif kind == SUBMODULE:

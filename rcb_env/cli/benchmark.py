@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
+from rich import box
+from rich.table import Table
 
 from rcb_env import catalog, envs
-from rcb_env.catalog import fetch
+from rcb_env.catalog import complete, fetch
 from rcb_env.cli._app import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -19,6 +22,47 @@ from rcb_env.cli._app import (
     paper_option,
     pset_option,
 )
+from rcb_env.task.models import Pset
+
+
+def _submodule_urls(pairs: tuple[str, ...]) -> dict[str, str]:
+    urls = {}
+    for pair in pairs:
+        path, sep, url = pair.partition("=")
+        if not sep or not path or not url:
+            raise click.BadParameter(f"{pair!r}: expected PATH=URL", param_hint="--submodule")
+        urls[path] = url
+    return urls
+
+
+def _print_plan(rows: list[envs.Plan]) -> None:
+    table = Table(box=box.SIMPLE_HEAD, show_lines=False)
+    for col in ("task", "now", "get would fetch", "setup would fetch", "after both"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(
+            r.paper,
+            "ready" if r.status == "ready" else "unavailable",
+            "\n".join(r.get) or "-",
+            "\n".join(r.setup) or "-",
+            "runs" if not r.after else r.after,
+        )
+    out.print(table, soft_wrap=False)
+    runs = sum(1 for r in rows if not r.after)
+    total = sum(r.get_bytes for r in rows)
+    out.print(
+        f"{sum(r.status == 'ready' for r in rows)} of {len(rows)} run now; after a networked "
+        f"get + setup --assets: {runs} of {len(rows)} (LFS to fetch: {total / 2**30:.2f} GiB)",
+        highlight=False,
+    )
+
+
+def benchmark_plan(bench: catalog.Benchmark, root: Path, loaded: Pset) -> list[envs.Plan]:
+    """The plan of a fetched benchmark's papers (what get and setup would fetch)."""
+    gets = (
+        complete.describe(complete.needs(bench, root)) if (root / fetch.VERIFIED).is_file() else {}
+    )
+    return envs.plan(loaded.papers, gets)
 
 
 @cli.command(name="get")
@@ -30,13 +74,60 @@ from rcb_env.cli._app import (
     "(.tar.gz/.zip, a path or an http(s) URL). Default: the repository at the pinned commit.",
 )
 @click.option("--force", is_flag=True, help="Fetch again even if a verified copy is here.")
-def get_cmd(name: str, source: str | None, force: bool) -> None:
-    """Download a named benchmark (pinned commit), verify its tree hash, install it."""
+@click.option(
+    "--lfs-endpoint",
+    metavar="URL",
+    help="The Git LFS server to fetch LFS objects from (the URL a client POSTs "
+    "objects/batch under). Default: the repository host's.",
+)
+@click.option(
+    "--submodule",
+    "submodules",
+    multiple=True,
+    metavar="PATH=URL",
+    help="Fetch the submodule at PATH (relative to the task tree) from URL (a mirror).",
+)
+@click.option(
+    "--no-fetch-content",
+    is_flag=True,
+    help="Install the verified tree only: no LFS objects, no submodules.",
+)
+@click.option(
+    "--plan", "plan_only", is_flag=True, help="Fetch nothing: say per task what get would fetch."
+)
+def get_cmd(
+    name: str,
+    source: str | None,
+    force: bool,
+    lfs_endpoint: str | None,
+    submodules: tuple[str, ...],
+    no_fetch_content: bool,
+    plan_only: bool,
+) -> None:
+    """Download a named benchmark (pinned commit), verify its tree hash, install it; then fetch
+    what its tree only points to (Git LFS objects, submodules), each verified. Prints per task
+    what runs and what is still missing."""
     bench = catalog.benchmark(name)
-    path = fetch.fetch(
-        bench, source, force=force, log=lambda line: err.print(line, highlight=False)
-    )
-    out.print(f"{bench.name}: {path}", highlight=False)
+    urls = _submodule_urls(submodules)
+    log = lambda line: err.print(line, highlight=False)  # noqa: E731
+    if plan_only:
+        path = bench.local_path()
+        if not (path / fetch.VERIFIED).is_file():
+            out.print(f"{bench.name}: not here yet; `rcb-env get {bench.name}` fetches the tree")
+            sys.exit(EXIT_FINDINGS)
+    else:
+        path = fetch.fetch(bench, source, force=force, log=log)
+        if not no_fetch_content:
+            done = complete.complete(bench, path, lfs_endpoint=lfs_endpoint, urls=urls, log=log)
+            out.print(
+                f"{bench.name}: {done.lfs_files} LFS files installed "
+                f"({done.lfs_bytes / 2**20:.1f} MiB downloaded), "
+                f"{len(done.submodules)} submodules fetched",
+                highlight=False,
+            )
+        out.print(f"{bench.name}: {path}", highlight=False)
+    loaded = _load((bench.name,), ())
+    _print_plan(benchmark_plan(bench, path, loaded))
 
 
 def _gib(n: int) -> str:
@@ -51,8 +142,27 @@ def _gib(n: int) -> str:
 @click.option(
     "--assets", is_flag=True, help="Also fetch the files papers' tests need (needs network)."
 )
+@click.option(
+    "--pin",
+    is_flag=True,
+    help="With --assets: resolve what the overlay does not pin (a hub revision, a SHA-256) and "
+    "record it; later fetches verify against the record.",
+)
+@click.option("--hub-endpoint", metavar="URL", help="The model hub's URL (a mirror).")
+@click.option(
+    "--offline",
+    is_flag=True,
+    help="Build only what needs no network; say which papers need a network fetch first.",
+)
 def setup_cmd(
-    pset: tuple[str, ...], papers: tuple[str, ...], name: str | None, jobs: int, assets: bool
+    pset: tuple[str, ...],
+    papers: tuple[str, ...],
+    name: str | None,
+    jobs: int,
+    assets: bool,
+    pin: bool,
+    hub_endpoint: str | None,
+    offline: bool,
 ) -> None:
     """Build the task environments (venvs) the benchmark's papers need, one per requirement
     set, shared between papers; existing ones are kept. Then list each paper's availability.
@@ -63,6 +173,9 @@ def setup_cmd(
         loaded.papers,
         jobs=jobs,
         assets=assets,
+        pin=pin,
+        hub_endpoint=hub_endpoint,
+        offline=offline,
         log=lambda line: err.print(line, highlight=False),
         on_done=lambda r: err.print(
             f"{r.name}: {'built' if r.built else 'up to date' if r.ok else 'FAILED'}"
@@ -84,8 +197,11 @@ def setup_cmd(
     for paper in loaded.papers:
         a = envs.availability(paper)
         env = a.environment or "default"
+        network = envs.network_needs(paper)
         out.print(
-            f"{paper.id}: {a.status} ({env})" + (f": {a.reason}" if a.reason else ""),
+            f"{paper.id}: {a.status} ({env})"
+            + (f": {a.reason}" if a.reason else "")
+            + (f"; needs a network fetch first: {'; '.join(network)}" if network else ""),
             highlight=False,
             soft_wrap=True,
         )

@@ -9,6 +9,8 @@ from typing import get_args
 
 import click
 
+from rcb_env import catalog, envs
+from rcb_env.catalog import complete
 from rcb_env.cli._app import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -20,6 +22,7 @@ from rcb_env.cli._app import (
     paper_option,
     pset_option,
 )
+from rcb_env.cli.benchmark import _print_plan
 from rcb_env.task.models import DateField
 from rcb_env.task.render import snippet_tree, tasks_table
 from rcb_env.task.selection import select_papers
@@ -44,6 +47,12 @@ from rcb_env.task.selection import select_papers
 )
 @click.option("--tree", is_flag=True, help="Show every snippet with its nesting and weight.")
 @click.option("--json", "as_json", is_flag=True, help="Print the loaded specs as JSON.")
+@click.option(
+    "--needs",
+    is_flag=True,
+    help="Per paper: what runs now, what a networked `get` and `setup --assets` would fetch, "
+    "and what would still keep it from running.",
+)
 def tasks(
     pset: tuple[str, ...],
     papers: tuple[str, ...],
@@ -52,6 +61,7 @@ def tasks(
     date_field: DateField,
     tree: bool,
     as_json: bool,
+    needs: bool,
 ) -> None:
     """List papers and snippets: counts, weights, nesting."""
     loaded = select_papers(
@@ -78,5 +88,20 @@ def tasks(
         if tree:
             for p in loaded.papers:
                 out.print(snippet_tree(p))
+        ready = envs.runnable_here(loaded)
+        out.print(
+            f"runnable here: {len(ready.papers)} of {len(loaded.papers)} papers, "
+            f"{sum(len(p.snippets) for p in ready.papers)} of "
+            f"{sum(len(p.snippets) for p in loaded.papers)} snippets "
+            "(`rcb-env setup` says why each other one is not)",
+            highlight=False,
+        )
+        if needs:
+            gets = {}
+            for name in pset:
+                root, bench = catalog.resolve(name)
+                if bench is not None:
+                    gets.update(complete.describe(complete.needs(bench, root)))
+            _print_plan(envs.plan(loaded.papers, gets))
     _print_failures(loaded)
     sys.exit(EXIT_FINDINGS if loaded.failures else EXIT_OK)

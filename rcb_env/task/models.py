@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from rcb_env._common import Frozen
+from rcb_env.catalog.assets import Asset
 from rcb_env.task.annotations import Span, todo_lines
 
 
@@ -60,19 +61,6 @@ class AuditAccepted(Frozen):
     """Why the solver may see it."""
 
 
-class Asset(Frozen):
-    """A file a paper's tests need at run time that the sandboxes cannot download (no network):
-    fetched once by ``rcb-env setup``, verified, and bound read-only into the paper's
-    sandboxes."""
-
-    url: str
-    """Where to get it (http, https or file)."""
-    sha256: str
-    """Its SHA-256: a mismatch installs nothing."""
-    path: str
-    """Where it goes inside the paper's asset folder (``{assets}`` in :attr:`Overlay.env`)."""
-
-
 class Overlay(Frozen):
     """rcb-env's optional per-paper settings (``rcb-env.yaml``); the published format has none."""
 
@@ -93,10 +81,26 @@ class Overlay(Frozen):
     audit_accepted: tuple[AuditAccepted, ...] = ()
     """Leak-audit findings that are part of the benchmark's design, each with its reason."""
     assets: tuple[Asset, ...] = ()
-    """Files the tests need that ``rcb-env setup`` fetches into a read-only cache."""
+    """Files the tests need that ``rcb-env setup --assets`` fetches into a read-only cache
+    (:class:`rcb_env.catalog.assets.Asset`)."""
     env: dict[str, str] = Field(default_factory=dict)
     """Environment variables of the paper's test runs and shells; ``{assets}`` stands for its
     asset folder (e.g. ``TORCH_HOME: "{assets}/torch"``)."""
+
+
+BlockerKind = Literal["lfs", "missing", "absent", "hub", "cuda", "test"]
+#: What ``rcb-env get`` lifts: LFS content, files a partial source lacked.
+FETCHED_BY_GET: frozenset[str] = frozenset({"lfs", "missing"})
+
+
+class Blocker(Frozen):
+    """One reason a snippet cannot run here."""
+
+    kind: BlockerKind
+    """``lfs``: fixtures that are Git LFS pointers; ``missing``: files this copy's source
+    lacked; ``absent``: files the benchmark does not have; ``hub``: a model download in the test
+    with no asset declared; ``cuda``: needs a GPU; ``test``: no test file."""
+    reason: str
 
 
 class Snippet(Frozen):
@@ -143,6 +147,9 @@ class Snippet(Frozen):
     unavailable: str | None = None
     """Why this snippet cannot run in a standard installation, found by its task source (a test
     fixture the repository lacks, a model download, CUDA); None: nothing known."""
+    blockers: tuple[Blocker, ...] = ()
+    """Every reason found, the first one being :attr:`unavailable` (what a fetch would lift is
+    told apart from what none would)."""
 
     @property
     def id(self) -> str:

@@ -35,6 +35,7 @@ from rcb_env.task.lmr.layout import (
 )
 from rcb_env.task.models import (
     AnnotatedFile,
+    Blocker,
     Overlay,
     Paper,
     PaperMeta,
@@ -137,25 +138,34 @@ def _absent_fixtures(repo: Path, test_file: str, text: str) -> list[str]:
     )
 
 
-def _availability(
+def _blockers(
     repo: Path,
     test_file: str,
     *,
     missing: set[str],
     repo_rel: str,
-) -> str | None:
-    """Why an implementation cannot run on a CPU machine without network, from its files."""
+    hub_assets: bool = False,
+) -> tuple[Blocker, ...]:
+    """Why an implementation cannot run on a CPU machine without network, from its files, the
+    most telling reason first. ``hub_assets``: the overlay declares the model files the test
+    downloads (fetched by ``setup --assets``), so a download is not a reason."""
     test = repo / test_file
     if not test.is_file():
-        return f"its unit test {test_file} is not in the repository"
+        return (Blocker(kind="test", reason=f"its unit test {test_file} is not in the repository"),)
     text = test.read_text(encoding="utf-8", errors="replace")
+    found: list[Blocker] = []
     lacking = sorted(
         m.removeprefix(repo_rel)
         for m in missing
         if m.startswith(repo_rel) and Path(m).name in text and not m.endswith(PAPER_PDF)
     )
     if lacking:
-        return f"files the test reads are missing from this copy: {', '.join(lacking)}"
+        found.append(
+            Blocker(
+                kind="missing",
+                reason=f"files the test reads are missing from this copy: {', '.join(lacking)}",
+            )
+        )
     here = Path(test_file).parent
     named = [
         rel
@@ -172,22 +182,35 @@ def _availability(
     )
     absent = _absent_fixtures(repo, test_file, text)
     if absent:
-        return (
-            "test fixtures are not in the repository: "
-            + ", ".join(absent[:6])
-            + (f" and {len(absent) - 6} more" if len(absent) > 6 else "")
+        found.append(
+            Blocker(
+                kind="absent",
+                reason="test fixtures are not in the repository: "
+                + ", ".join(absent[:6])
+                + (f" and {len(absent) - 6} more" if len(absent) > 6 else ""),
+            )
         )
     if lfs:
-        return (
-            "test fixtures are Git LFS pointers whose content is not in the repository: "
-            + ", ".join(lfs[:6])
-            + (f" and {len(lfs) - 6} more" if len(lfs) > 6 else "")
+        found.append(
+            Blocker(
+                kind="lfs",
+                reason="test fixtures are Git LFS pointers whose content is not in the "
+                "repository (rcb-env get fetches it): "
+                + ", ".join(lfs[:6])
+                + (f" and {len(lfs) - 6} more" if len(lfs) > 6 else ""),
+            )
         )
-    if _MODEL_HUB.search(text):
-        return "the test downloads a pretrained model from a model hub (no network in sandboxes)"
+    if _MODEL_HUB.search(text) and not hub_assets:
+        found.append(
+            Blocker(
+                kind="hub",
+                reason="the test downloads a pretrained model from a model hub (no network in "
+                "sandboxes, and no assets declared for it)",
+            )
+        )
     if _CUDA.search(text) and "is_available" not in text:
-        return "the test needs a CUDA GPU"
-    return None
+        found.append(Blocker(kind="cuda", reason="the test needs a CUDA GPU"))
+    return tuple(found)
 
 
 def load_task(
@@ -262,7 +285,15 @@ def load_task(
     annotated: dict[str, str] = {}
     for impl, name in zip(impls, names, strict=True):
         snippet = _snippet(
-            folder, repo, impl, name, slugs[name], empty=empty, missing=missing, repo_rel=repo_rel
+            folder,
+            repo,
+            impl,
+            name,
+            slugs[name],
+            empty=empty,
+            missing=missing,
+            repo_rel=repo_rel,
+            hub_assets=bool(overlay.assets),
         )
         if not impl.goal_function and snippet.symbol:  # found by comparing the files
             named = f"{impl.position}-{snippet.symbol.rsplit('.', 1)[-1]}"
@@ -312,6 +343,7 @@ def _snippet(
     empty: bool,
     missing: set[str],
     repo_rel: str,
+    hub_assets: bool = False,
 ) -> Snippet:
     info = folder / INFO
     where = _Where(file=info, line=impl.line, snippet=name)
@@ -381,7 +413,8 @@ def _snippet(
     reference = pr.reindent(a.reference.text(g_lines), a.reference.indent, a.masked.indent)
     _check_roundtrip(masked_text, a, reference, golden_text, function, class_name, where)
     weight = sum(is_code_line(line) for line in pr.split_lines(reference))
-    reason = _availability(repo, test, missing=missing, repo_rel=repo_rel)
+    blockers = _blockers(repo, test, missing=missing, repo_rel=repo_rel, hub_assets=hub_assets)
+    reason = blockers[0].reason if blockers else None
     return make(
         weight,
         start_line=a.masked.before,
@@ -392,4 +425,5 @@ def _snippet(
         placeholder=placeholder,
         symbol=symbol,
         unavailable=reason,
+        blockers=blockers,
     )
