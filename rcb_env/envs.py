@@ -450,17 +450,24 @@ class Plan(Frozen):
     """What ``setup --assets`` would fetch or build from the network."""
     after: str = ""
     """Why it would still not run after both ("" : it would run)."""
+    snippets: int = 0
+    ready_now: int = 0
+    """Snippets that run now."""
+    ready_after: int = 0
+    """Snippets that would run after both."""
+    environment: str | None = None
+    """Its environment (None: the default task interpreter, which must hold its packages)."""
 
 
-def _after(paper: Paper, submodule_pending: bool) -> str:
+def _after(paper: Paper, submodule_pending: bool) -> tuple[str, int]:
+    """Why ``paper`` would still not run once everything declared is fetched ("": it runs),
+    and how many of its snippets would."""
     if paper.overlay.known_issue:
-        return paper.overlay.known_issue
+        return paper.overlay.known_issue, 0
     if paper.unavailable:
         if submodule_pending:
-            return "not known until the submodule is fetched (its goal file is checked then)"
-        return paper.unavailable
-    if not paper.snippets:
-        return ""
+            return "not known until the submodule is fetched (its goal file is checked then)", 0
+        return paper.unavailable, 0
     left = []
     for s in paper.snippets:
         if s.blockers:
@@ -468,15 +475,10 @@ def _after(paper: Paper, submodule_pending: bool) -> str:
         else:
             rest = [s.unavailable] if s.unavailable else []
         left.append(rest)
-    if any(not rest for rest in left):
-        blocked = sum(1 for rest in left if rest)
-        return (
-            f"{blocked} of {len(left)} still not: {next(r[0] for r in left if r)}"
-            if blocked
-            else ""
-        )
-    reasons = sorted({rest[0] for rest in left})
-    return "; ".join(reasons)
+    runs = sum(1 for rest in left if not rest)
+    if runs:
+        return "", runs
+    return "; ".join(sorted({rest[0] for rest in left})), 0
 
 
 def plan(
@@ -490,6 +492,7 @@ def plan(
     for paper in papers:
         a = availability(paper)
         get_lines, get_bytes, submodule = gets.get(paper.id, ((), 0, False))
+        after, ready_after = _after(paper, submodule)
         rows.append(
             Plan(
                 paper=paper.id,
@@ -498,7 +501,15 @@ def plan(
                 get=get_lines,
                 get_bytes=get_bytes,
                 setup=tuple(network_needs(paper)),
-                after=_after(paper, submodule),
+                after=after,
+                snippets=len(paper.snippets),
+                ready_now=(
+                    sum(1 for s in paper.snippets if not s.unavailable)
+                    if a.status == "ready"
+                    else 0
+                ),
+                ready_after=ready_after,
+                environment=a.environment,
             )
         )
     return rows

@@ -192,17 +192,22 @@ def complete(
     copy's marker as it lands, so an interrupted run resumes.
 
     Raises:
-        FetchError: a submodule could not be fetched or verified.
+        FetchError: a submodule could not be fetched or verified (after the other steps).
         rcb_env.catalog.lfs.LfsError: an LFS object could not be fetched, or does not match its
             pointer (names the file); that pointer stays as it was.
     """
     lines = _marker(root)
     todo = needs(bench, root, urls)
     fetched: list[str] = []
+    failed: list[str] = []
     for need in todo.values():
         for sub in need.submodules:
             log(f"{sub.path}: fetching submodule {sub.url} at {sub.commit[:12]}")
-            fetch_submodule(sub, root, log)
+            try:
+                fetch_submodule(sub, root, log)
+            except FetchError as exc:  # the others, and the LFS objects, still come
+                failed.append(str(exc))
+                continue
             lines = [
                 f"{SUBMODULE_FETCHED}\t{sub.path}\t{sub.commit}"
                 if line.split("\t")[:2] == [SUBMODULE, sub.path]
@@ -220,6 +225,8 @@ def complete(
     if pointers:
         _write_marker(root, lines)
         log(f"{bench.name}: {len(pointers)} LFS files installed")
+    if failed:
+        raise FetchError("; ".join(failed))
     return Completed(len(pointers), downloaded, tuple(fetched))
 
 

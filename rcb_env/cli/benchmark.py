@@ -10,7 +10,7 @@ from rich import box
 from rich.table import Table
 
 from rcb_env import catalog, envs
-from rcb_env.catalog import complete, fetch
+from rcb_env.catalog import complete, fetch, lfs
 from rcb_env.cli._app import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -36,25 +36,36 @@ def _submodule_urls(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 def _print_plan(rows: list[envs.Plan]) -> None:
+    """Per task: what runs now, what get and setup would fetch, what runs after both (snippet
+    counts beside each)."""
     table = Table(box=box.SIMPLE_HEAD, show_lines=False)
     for col in ("task", "now", "get would fetch", "setup would fetch", "after both"):
         table.add_column(col, overflow="fold")
     for r in rows:
+        after = r.after or ("runs" if r.environment else "runs (default interpreter)")
         table.add_row(
             r.paper,
-            "ready" if r.status == "ready" else "unavailable",
+            f"{r.ready_now}/{r.snippets}",
             "\n".join(r.get) or "-",
             "\n".join(r.setup) or "-",
-            "runs" if not r.after else r.after,
+            f"{r.ready_after}/{r.snippets} {after}",
         )
     out.print(table, soft_wrap=False)
-    runs = sum(1 for r in rows if not r.after)
     total = sum(r.get_bytes for r in rows)
+    snippets = sum(r.snippets for r in rows)
     out.print(
-        f"{sum(r.status == 'ready' for r in rows)} of {len(rows)} run now; after a networked "
-        f"get + setup --assets: {runs} of {len(rows)} (LFS to fetch: {total / 2**30:.2f} GiB)",
+        f"run now: {sum(r.ready_now > 0 for r in rows)} of {len(rows)} tasks, "
+        f"{sum(r.ready_now for r in rows)} of {snippets} snippets; after a networked get + "
+        f"setup --assets: {sum(r.ready_after > 0 for r in rows)} tasks, "
+        f"{sum(r.ready_after for r in rows)} snippets (LFS to fetch: {total / 2**30:.2f} GiB)",
         highlight=False,
     )
+    if any(not r.after and r.environment is None for r in rows):
+        out.print(
+            "runs (default interpreter): no environment is declared for its packages; the "
+            "default task interpreter (or RCB_TASK_PYTHON) must hold them",
+            highlight=False,
+        )
 
 
 def benchmark_plan(bench: catalog.Benchmark, root: Path, loaded: Pset) -> list[envs.Plan]:
@@ -88,9 +99,10 @@ def benchmark_plan(bench: catalog.Benchmark, root: Path, loaded: Pset) -> list[e
     help="Fetch the submodule at PATH (relative to the task tree) from URL (a mirror).",
 )
 @click.option(
-    "--no-fetch-content",
+    "--offline",
     is_flag=True,
-    help="Install the verified tree only: no LFS objects, no submodules.",
+    help="Install the verified tree from a local source only (no LFS objects, no "
+    "submodules) and say which tasks need a network fetch first.",
 )
 @click.option(
     "--plan", "plan_only", is_flag=True, help="Fetch nothing: say per task what get would fetch."
@@ -101,7 +113,7 @@ def get_cmd(
     force: bool,
     lfs_endpoint: str | None,
     submodules: tuple[str, ...],
-    no_fetch_content: bool,
+    offline: bool,
     plan_only: bool,
 ) -> None:
     """Download a named benchmark (pinned commit), verify its tree hash, install it; then fetch
@@ -109,6 +121,7 @@ def get_cmd(
     what runs and what is still missing."""
     bench = catalog.benchmark(name)
     urls = _submodule_urls(submodules)
+    failed = ""
     log = lambda line: err.print(line, highlight=False)  # noqa: E731
     if plan_only:
         path = bench.local_path()
@@ -117,17 +130,25 @@ def get_cmd(
             sys.exit(EXIT_FINDINGS)
     else:
         path = fetch.fetch(bench, source, force=force, log=log)
-        if not no_fetch_content:
-            done = complete.complete(bench, path, lfs_endpoint=lfs_endpoint, urls=urls, log=log)
-            out.print(
-                f"{bench.name}: {done.lfs_files} LFS files installed "
-                f"({done.lfs_bytes / 2**20:.1f} MiB downloaded), "
-                f"{len(done.submodules)} submodules fetched",
-                highlight=False,
-            )
+        if not offline:
+            try:
+                done = complete.complete(bench, path, lfs_endpoint=lfs_endpoint, urls=urls, log=log)
+                out.print(
+                    f"{bench.name}: {done.lfs_files} LFS files installed "
+                    f"({done.lfs_bytes / 2**20:.1f} MiB downloaded), "
+                    f"{len(done.submodules)} submodules fetched",
+                    highlight=False,
+                )
+            except (fetch.FetchError, lfs.LfsError) as exc:
+                # the verified tree stays installed; what failed is said, and the plan below
+                # lists what is still to fetch
+                failed = str(exc)
         out.print(f"{bench.name}: {path}", highlight=False)
     loaded = _load((bench.name,), ())
     _print_plan(benchmark_plan(bench, path, loaded))
+    if failed:
+        err.print(f"[red]not fetched: {failed}[/red]", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_FINDINGS)
 
 
 def _gib(n: int) -> str:
