@@ -243,7 +243,9 @@ def runnable_here(pset: Pset, *, interpreter_given: bool = False) -> Pset:
 def network_needs(paper: Paper) -> list[str]:
     """What ``rcb-env setup`` would still fetch over the network for ``paper``: its assets, and
     the git-pinned packages of its environment whose wheels are not cached."""
-    found = []
+    found: list[str] = []
+    if paper.overlay.known_issue:
+        return found  # setup leaves it out
     if not assets_ready(paper):
         labels = ", ".join(a.label for a in paper.overlay.assets)
         found.append(f"assets (setup --assets): {labels}")

@@ -212,7 +212,7 @@ def test_get_fetches_lfs_objects_through_the_batch_api_verified_and_cached(
     assert before.unavailable is not None
     assert [b.kind for b in before.blockers] == ["lfs"]
     assert complete.describe(complete.needs(bench, path))["01-Toy"][0] == (
-        f"1 LFS files ({len(FIXTURE) / 2**20:.1f} MiB)",
+        f"1 LFS file ({len(FIXTURE)} B)",
     )
     oid = hashlib.sha256(FIXTURE).hexdigest()
     fixture = path / "01-Toy/toy-repo/unit_test/scaler_io.json"
@@ -269,7 +269,7 @@ def test_get_cli_takes_an_lfs_mirror_and_prints_per_task_what_runs(
     result = CliRunner().invoke(cli, ["get", bench.name, "--from", bench.repository, "--offline"])
     assert result.exit_code == 0, result.output
     assert lfs_server.httpd.requests == []  # type: ignore[attr-defined]
-    assert "1 LFS files (0.0 MiB)" in result.output
+    assert f"1 LFS file ({len(FIXTURE)} B)" in result.output
     assert "run now: 2 of 2 tasks, 4 of 5 snippets" in result.output
     assert "after a networked get + setup --assets: 2 tasks, 5 snippets" in result.output
     # the mirror lacks the object: said, naming the file; the verified tree stays
@@ -375,7 +375,26 @@ def test_setup_assets_fetches_hub_files_with_the_hub_client_and_pins_them(
     assert pin.files == {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}
     assert envs.assets_ready(paper)
     assert envs.task_env(paper)["HF_HOME"] == f"{got}/hf"
-    # the hub client reads it offline from there, as the test's code would
+    _reads_offline(got)
+    # a later fetch verifies against the record: changed content is refused
+    import shutil
+
+    shutil.rmtree(got)
+    hub_server.httpd.objects["org/tiny"]["model.safetensors"] = b"other"  # type: ignore[attr-defined]
+    with pytest.raises(AssetError, match=r"model\.safetensors has SHA-256 .* not the pinned"):
+        envs.fetch_assets(paper, hub_endpoint=hub_server.url)
+    assert not envs.assets_ready(paper)
+    # the recorded content again: fetched at the recorded commit, verified, readable offline
+    hub_server.httpd.objects["org/tiny"]["model.safetensors"] = files["model.safetensors"]  # type: ignore[attr-defined]
+    n = len(hub_server.httpd.requests)  # type: ignore[attr-defined]
+    _reads_offline(envs.fetch_assets(paper, hub_endpoint=hub_server.url))
+    asked = hub_server.httpd.requests[n:]  # type: ignore[attr-defined]
+    assert asked
+    assert all(f"/resolve/{COMMIT}/" in path for _m, path in asked)
+
+
+def _reads_offline(got: Path) -> None:
+    """The hub client finds the files offline from there, as the test's code would."""
     run = subprocess.run(
         [
             sys.executable,
@@ -389,14 +408,6 @@ def test_setup_assets_fetches_hub_files_with_the_hub_client_and_pins_them(
         check=False,
     )
     assert run.stdout.strip() == '{"hidden": 4}', run.stderr
-    # a later fetch verifies against the record: changed content is refused
-    import shutil
-
-    shutil.rmtree(got)
-    hub_server.httpd.objects["org/tiny"]["model.safetensors"] = b"other"  # type: ignore[attr-defined]
-    with pytest.raises(AssetError, match=r"model\.safetensors has SHA-256 .* not the pinned"):
-        envs.fetch_assets(paper, hub_endpoint=hub_server.url)
-    assert not envs.assets_ready(paper)
 
 
 def test_url_asset_without_a_sha_is_pinned_on_first_fetch(
@@ -484,7 +495,7 @@ def test_setup_offline_and_tasks_needs_say_what_needs_a_network_fetch(
     assert result.exit_code == 0, result.output
     line = next(ln for ln in result.output.splitlines() if ln.startswith("01-Toy:"))
     assert "needs a network fetch first" in line
-    assert "assets (setup --assets): org/tiny (config.json)" in line
+    assert "assets (setup --assets): org/tiny (1 file)" in line
     assert f"git packages (setup): tinypkg @ git+file://{tmp_path}/tinypkg.git@" in line
     assert not (home / "envs").exists()  # nothing was built, nothing was tried
     result = CliRunner().invoke(cli, ["tasks", "--pset", str(root), "--needs"])

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from rcb_env.catalog import Benchmark
 from rcb_env.catalog import lfs as lfs_
+from rcb_env.catalog.assets import human
 from rcb_env.catalog.fetch import (
     MISSING,
     SUBMODULE,
@@ -237,14 +238,16 @@ def describe(todo: Mapping[str, Needs]) -> dict[str, tuple[tuple[str, ...], int,
     for task, need in todo.items():
         lines = []
         if need.lfs:
-            lines.append(f"{len(need.lfs)} LFS files ({need.lfs_bytes / 2**20:.1f} MiB)")
+            n = len(need.lfs)
+            lines.append(f"{n} LFS file{'s' if n != 1 else ''} ({human(need.lfs_bytes)})")
         for sub in need.submodules:
             where = sub.url or "no known URL"
             lines.append(f"submodule {sub.path.split('/', 1)[-1]} at {sub.commit[:12]} ({where})")
         if need.missing:
+            n = len(need.missing)
             lines.append(
-                f"{len(need.missing)} files this copy's source lacked (get --force from the "
-                "repository)"
+                f"{n} file{'s' if n != 1 else ''} this copy's source lacked (get --force from "
+                "the repository)"
             )
         out[task] = (tuple(lines), need.lfs_bytes, bool(need.submodules))
     return out
