@@ -255,7 +255,7 @@ def network_needs(paper: Paper) -> list[str]:
         for r in spec.git_packages:
             g = gitpkg.parse(r)
             if g is not None and not any(gitpkg.wheel_dir(g, _base_version()).glob("*.whl")):
-                uncached.append(r)
+                uncached.append(f"{g.name}@{g.commit[:12]} ({g.url})")
         if uncached:
             found.append(f"git packages (setup): {', '.join(uncached)}")
     return found

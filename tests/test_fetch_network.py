@@ -496,7 +496,7 @@ def test_setup_offline_and_tasks_needs_say_what_needs_a_network_fetch(
     line = next(ln for ln in result.output.splitlines() if ln.startswith("01-Toy:"))
     assert "needs a network fetch first" in line
     assert "assets (setup --assets): org/tiny (1 file)" in line
-    assert f"git packages (setup): tinypkg @ git+file://{tmp_path}/tinypkg.git@" in line
+    assert f"git packages (setup): tinypkg@aaaaaaaaaaaa (file://{tmp_path}/tinypkg.git)" in line
     assert not (home / "envs").exists()  # nothing was built, nothing was tried
     result = CliRunner().invoke(cli, ["tasks", "--pset", str(root), "--needs"])
     assert "runnable here: 1 of 2 papers, 1 of 5 snippets" in result.output

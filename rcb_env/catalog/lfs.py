@@ -180,6 +180,8 @@ def fetch_objects(
                 if cached(pointer.oid).is_file():
                     continue
                 raise LfsError(f"{name}: {endpoint} gave no download for LFS object {pointer.oid}")
+            if not download["href"].startswith(("https://", "http://")):
+                raise LfsError(f"{name}: {endpoint} gave a download that is not http(s)")
             header = download.get("header")
             headers = (
                 {str(k): str(v) for k, v in header.items()} if isinstance(header, dict) else {}

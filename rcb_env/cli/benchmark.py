@@ -173,7 +173,8 @@ def _gib(n: int) -> str:
 @click.option(
     "--offline",
     is_flag=True,
-    help="Build only what needs no network; say which papers need a network fetch first.",
+    help="Fetch nothing beyond the package index (no assets, no git-pinned packages) and say "
+    "which papers need such a fetch first.",
 )
 def setup_cmd(
     pset: tuple[str, ...],
