@@ -100,8 +100,12 @@ def test_auto_keeps_its_options_and_the_backend_it_resolves_to_checks_them(
         BwrapBackend(SandboxConfig(options={"pool_size": 2}), tmp_path)
 
 
-def test_bwrap_options_reach_its_executors_with_the_papers_asset_cache(tmp_path: Path) -> None:
-    """A paper's asset cache is bound read-only next to the folders the user gave."""
+def test_bwrap_options_reach_its_executors_with_the_papers_asset_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A paper's asset cache, once fetched, is bound read-only next to the folders the user
+    gave (not fetched: nothing to bind, and the paper is unavailable)."""
+    monkeypatch.setenv("RCB_ENV_HOME", str(tmp_path / "home"))
     paper = load(bundled_root()).paper("adamw-warmup")
     paper = paper.model_copy(
         update={
@@ -119,6 +123,11 @@ def test_bwrap_options_reach_its_executors_with_the_papers_asset_cache(tmp_path:
     )
     backend = BwrapBackend(cfg, tmp_path)
     try:
+        executor = backend.grading_executor(paper)
+        assert isinstance(executor, BwrapExecutor)
+        assert executor.options.read_only == (Path("/srv/cache"),)
+        envs.asset_root(paper).mkdir(parents=True)
+        (envs.asset_root(paper) / envs.READY).write_text("x")
         executor = backend.grading_executor(paper)
         assert isinstance(executor, BwrapExecutor)
         assert executor.options.read_only == (Path("/srv/cache"), envs.asset_root(paper))

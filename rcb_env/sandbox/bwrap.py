@@ -400,7 +400,7 @@ class BwrapBackend(Backend):
         update: dict[str, object] = {}
         if self.config.python is None:
             update["python"] = envs.python_for(paper)
-        if paper.overlay.assets:
+        if paper.overlay.assets and envs.assets_ready(paper):  # not fetched: nothing to bind
             root = envs.asset_root(paper)
             if _identity(self.config.user) is not None:
                 check_traversable(root)
