@@ -219,7 +219,12 @@ def complete(
             fetched.append(sub.path)
     pointers = [(r, p) for need in todo.values() for r, p in need.lfs] if lfs else []
     endpoint = lfs_endpoint or bench.lfs_endpoint
-    downloaded = lfs_.fetch_objects(pointers, endpoint, log) if pointers else 0
+    try:
+        downloaded = lfs_.fetch_objects(pointers, endpoint, log) if pointers else 0
+    except lfs_.LfsError as exc:
+        if failed:  # say every failure, not only the last
+            raise lfs_.LfsError("; ".join([str(exc), *failed])) from exc
+        raise
     for rel, pointer in pointers:
         lfs_.install(root / rel, pointer)
         lines.append(f"{LFS}\t{rel}\t{pointer.oid}")
