@@ -360,7 +360,8 @@ def test_setup_assets_fetches_hub_files_with_the_hub_client_and_pins_them(
     lt.write_benchmark(root)
     (root / "rcb-env.yaml").write_text(
         "papers:\n  01-Toy:\n    env:\n      HF_HOME: '{assets}/hf'\n      HF_HUB_OFFLINE: '1'\n"
-        "    assets:\n      - hub: org/tiny\n        files: [config.json, model.safetensors]\n"
+        "    assets:\n      - hub: org/tiny\n"
+        "        files: [config.json, pytorch_model.bin|model.safetensors, tokenizer.json?]\n"
     )
     paper = rcb_env.load(root).paper("01-Toy")
     assert envs.availability(paper).reason.startswith("its test assets are not fetched")
@@ -391,6 +392,12 @@ def test_setup_assets_fetches_hub_files_with_the_hub_client_and_pins_them(
     asked = hub_server.httpd.requests[n:]  # type: ignore[attr-defined]
     assert asked
     assert all(f"/resolve/{COMMIT}/" in path for _m, path in asked)
+    # a file that is neither there nor optional is an error naming it
+    from rcb_env.catalog import assets
+
+    missing = Asset(hub="org/tiny", files=("nope.bin|nope.pt",), revision=COMMIT)
+    with pytest.raises(AssetError, match=r"has no file nope\.bin or nope\.pt"):
+        assets.fetch(missing, tmp_path / "s", hub_endpoint=hub_server.url)
 
 
 def _reads_offline(got: Path) -> None:

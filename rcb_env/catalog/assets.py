@@ -50,7 +50,8 @@ class Asset(Frozen):
     hub: str | None = None
     """A model hub repository id (``bert-base-uncased``, ``timm/vit_giant...``)."""
     files: tuple[str, ...] = ()
-    """``hub``: the repository's files the test loads."""
+    """``hub``: the repository's files the test loads; ``a|b``: the first of these the
+    repository has (weights as safetensors or as a pickle), ``name?``: only if it has it."""
     repo_type: Literal["model", "dataset"] = "model"
     revision: str | None = None
     """``hub``: the commit id (40 hex); None: resolved from ``main`` and recorded by ``--pin``."""
@@ -191,6 +192,7 @@ def _fetch_hub(
     revision resolved to and every file's SHA-256."""
     try:
         from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import EntryNotFoundError
     except ImportError as exc:
         raise AssetError(
             f"{owner}: fetching {asset.hub} needs huggingface_hub (pip install 'rcb-env[hub]')"
@@ -198,32 +200,43 @@ def _fetch_hub(
     cache = staging / asset.folder
     hashes: dict[str, str] = {}
     commit = revision
-    for name in asset.files:
-        log(f"{owner}: fetching {asset.hub}/{name} at {revision[:12]}")
-        try:
-            got = Path(
-                str(
-                    hf_hub_download(
-                        asset.hub or "",
-                        name,
-                        repo_type=asset.repo_type,
-                        revision=commit,
-                        cache_dir=cache,
-                        endpoint=endpoint,
+    for entry in asset.files:
+        optional = entry.endswith("?")
+        choices = entry.removesuffix("?").split("|")
+        for name in choices:
+            log(f"{owner}: fetching {asset.hub}/{name} at {commit[:12]}")
+            try:
+                got = Path(
+                    str(
+                        hf_hub_download(
+                            asset.hub or "",
+                            name,
+                            repo_type=asset.repo_type,
+                            revision=commit,
+                            cache_dir=cache,
+                            endpoint=endpoint,
+                        )
                     )
                 )
-            )
-        except Exception as exc:  # the client's errors have no common base of their own
-            raise AssetError(f"{owner}: cannot fetch {asset.hub}/{name}: {exc}") from exc
-        # <cache>/<repo folder>/snapshots/<commit>/<file>: the commit the revision named
-        snapshot = got.parents[len(Path(name).parts) - 1]
-        commit = snapshot.name
-        hashes[name] = _sha256(got)
-        # the test's code asks for the default branch: offline, the client finds the snapshot
-        # through refs/main (written by the client only when it resolved "main" itself)
-        refs = snapshot.parent.parent / "refs"
-        refs.mkdir(exist_ok=True)
-        (refs / "main").write_text(commit)
+            except EntryNotFoundError:
+                continue  # the next choice
+            except Exception as exc:  # the client's errors have no common base of their own
+                raise AssetError(f"{owner}: cannot fetch {asset.hub}/{name}: {exc}") from exc
+            # <cache>/<repo folder>/snapshots/<commit>/<file>: the commit the revision named
+            snapshot = got.parents[len(Path(name).parts) - 1]
+            commit = snapshot.name
+            hashes[name] = _sha256(got)
+            # the test's code asks for the default branch: offline, the client finds the
+            # snapshot through refs/main (written by the client only when it resolved "main")
+            refs = snapshot.parent.parent / "refs"
+            refs.mkdir(exist_ok=True)
+            (refs / "main").write_text(commit)
+            break
+        else:
+            if not optional:
+                raise AssetError(
+                    f"{owner}: {asset.hub} has no file {' or '.join(choices)} at {commit[:12]}"
+                )
     return commit, hashes
 
 
@@ -266,6 +279,12 @@ def fetch(
         )
     for name, got in hashes.items():
         _check(asset, name, got, known, owner)
+    lost = sorted(set(known.files) - set(hashes)) if known is not None else []
+    if lost:
+        raise AssetError(
+            f"{owner}: {asset.hub} at {commit[:12]} no longer gives the recorded "
+            f"{', '.join(lost)}; nothing was installed"
+        )
     if known is None or set(hashes) - set(known.files):
         record_pin(asset, Pin(commit, {**(known.files if known else {}), **hashes}))
         log(f"{owner}: recorded {asset.hub} at {commit[:12]} ({len(hashes)} files)")
