@@ -144,7 +144,7 @@ def test_the_verifier_reads_bodies_and_reports_as_rcb_env_does() -> None:
         assert verify.extract_span(masked, 2, 4, edited) == extract_span(masked, 2, 4, edited)
     start, test = {"event": "start"}, {"event": "test", "id": "T.a", "status": "passed"}
     done = {"event": "done", "code": 0}
-    cases = [
+    cases: list[tuple[list[dict[str, Any]], dict[str, Any], tuple[str, ...]]] = [
         ([start, test, done], {}, ("T.a",)),
         ([start, {**test, "status": "failed"}, done], {}, ("T.a",)),
         ([start, test, done], {}, ("T.a", "T.b")),

@@ -81,18 +81,19 @@ def test_inspect_eval_plays_snippets_and_rcb_env_grades_them(
     (path,) = logs.glob("*.json")
     log = read_eval_log(str(path))
     assert log.status == "success"
-    scores = {str(s.id): s.scores["rcb_scorer"] for s in log.samples or []}
+    scores = {str(s.id): (s.scores or {})["rcb_scorer"] for s in log.samples or []}
+    meta = {sid: score.metadata or {} for sid, score in scores.items()}
     assert set(scores) == set(SNIPPETS)
     assert scores[good].value == 1.0
-    assert scores[good].metadata["reward"] == float(by_id[good].weight)
-    verdict = scores[good].metadata["verdict"]
+    assert meta[good]["reward"] == float(by_id[good].weight)
+    verdict = meta[good]["verdict"]
     assert verdict["outcome"] == "passed"
     assert verdict["tests"]
     assert all(t["status"] == "passed" for t in verdict["tests"])
     assert scores[wrong].value == 0.0
-    assert scores[wrong].metadata["reward"] == 0.0
-    assert scores[wrong].metadata["verdict"]["outcome"] == "failed"
-    assert any(t["status"] != "passed" for t in scores[wrong].metadata["verdict"]["tests"])
+    assert meta[wrong]["reward"] == 0.0
+    assert meta[wrong]["verdict"]["outcome"] == "failed"
+    assert any(t["status"] != "passed" for t in meta[wrong]["verdict"]["tests"])
     # the model saw rcb-env's statement and rcb-env's tools through inspect
     assert len(requests) == 4
     first = requests[0][1]

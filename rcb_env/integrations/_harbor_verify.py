@@ -296,7 +296,7 @@ def grade(tests_dir: str, spec: dict[str, Any], body: str) -> dict[str, Any]:
             out, err = proc.communicate()
         duration = time.monotonic() - started
         code = proc.returncode
-        run = {
+        run: dict[str, Any] = {
             "exit_code": None if code < 0 else code,
             "signal": -code if code < 0 and not timed_out else None,
             "timed_out": timed_out,

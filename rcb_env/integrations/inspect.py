@@ -252,5 +252,5 @@ def rcb(
         pset,
         papers=split(papers),
         snippets=split(snippets),
-        sandbox=SandboxConfig(backend=sandbox) if sandbox else None,  # type: ignore[arg-type]
+        sandbox=SandboxConfig(backend=sandbox) if sandbox else None,
     )
