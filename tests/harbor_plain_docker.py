@@ -75,6 +75,8 @@ class PlainDocker(BaseEnvironment):
 
     async def stop(self, delete: bool):
         await _docker("rm", "-f", self._container, check=False)
+        if delete:  # the task's image (the paper's image below it stays)
+            await _docker("rmi", "-f", self._image, check=False)
 
     async def upload_file(self, source_path: Path | str, target_path: str):
         parent = str(Path(target_path).parent)
