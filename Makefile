@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install check test test-fast docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence clean
+.PHONY: install check test test-fast docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence harbor-published clean
 
 install:
 	bash scripts/install.sh
@@ -67,6 +67,18 @@ equivalence: install
 
 bench-published: install
 	$(BIN)/python -m benchmarks.bench_published
+
+# Harbor's oracle on the published set, exported as Harbor tasks (not part of `make test`; build
+# the papers' images first: `rcb-env images build --pset researchcodebench --paper LEN ...`).
+# HARBOR_TASKS: the task-name globs to run (default: every snippet of LEN and llm-sci-use).
+HARBOR_TASKS ?= len__* llm-sci-use__*
+harbor-published: install
+	rm -rf runs/harbor-published
+	$(BIN)/rcb-env export harbor --pset researchcodebench -o runs/harbor-published/tasks
+	PYTHONPATH=tests LITELLM_LOCAL_MODEL_COST_MAP=True bash scripts/with-dockerd.sh \
+		$(VENV)/harbor/bin/harbor run -p runs/harbor-published/tasks \
+		$(foreach t,$(HARBOR_TASKS),-i '$(t)') -a oracle -e harbor_plain_docker:PlainDocker \
+		-n 2 -o runs/harbor-published/jobs -y
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -5,6 +5,7 @@
 #   chromium and chromium-driver (the report's browser tests);
 #   the user rcb-sandbox
 #   .venv/                      rcb-env itself (editable) with its dev tools
+#   .venv/harbor/, .venv/inspect/   Harbor (Python >= 3.12) and inspect_ai with openai >= 3.4
 #   $RCB_ENV_HOME/task-venv/    the interpreter that runs task tests (numpy, torch==2.13.0),
 #                               outside any home folder so a sandbox user can read it
 #
@@ -56,7 +57,7 @@ want=$(stamp_of pyproject.toml)
 if [ "$(cat .venv/.rcb-stamp 2>/dev/null)" != "$want" ]; then
   say "installing rcb-env into .venv"
   pip_in .venv/bin/python install -q --upgrade pip
-  pip_in .venv/bin/python install -q -e '.[agents,rl,ray,mcp,hub,verifiers,mini-swe-agent,openai-agents,smolagents,dev]'
+  pip_in .venv/bin/python install -q -e '.[agents,rl,ray,mcp,hub,verifiers,mini-swe-agent,openai-agents,smolagents,inspect,dev]'
   echo "$want" > .venv/.rcb-stamp
 fi
 
@@ -81,5 +82,36 @@ if [ "$(cat "$tv/.rcb-stamp" 2>/dev/null)" != "$want" ]; then
   pip_in "$tv/bin/python" install -q -r tasks/requirements.txt
   echo "$want" > "$tv/.rcb-stamp"
 fi
+# 4. Harbor (`rcb-env export harbor` tasks, ATIF trajectories checked with its models) needs
+# Python >= 3.12: its own venv, .venv/harbor, from the first such interpreter found (or
+# $HARBOR_PYTHON_BASE).
+new_enough() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; }
+hb_base=${HARBOR_PYTHON_BASE:-}
+if [ -z "$hb_base" ]; then
+  for cand in python3.13 python3.12 "$HOME"/.pyenv/versions/3.1[2-9]*/bin/python3 \
+      /usr/local/bin/python3.1[2-9] python3; do
+    if command -v "$cand" >/dev/null 2>&1 && new_enough "$cand"; then hb_base=$cand; break; fi
+  done
+fi
+want="harbor>=0.26,<0.27"
+if [ -z "$hb_base" ]; then
+  say "WARNING: no Python >= 3.12 found (HARBOR_PYTHON_BASE): Harbor not installed"
+elif [ "$(cat .venv/harbor/.rcb-stamp 2>/dev/null)" != "$want" ]; then
+  say "installing Harbor into .venv/harbor (from $hb_base)"
+  [ -x .venv/harbor/bin/python ] || "$hb_base" -m venv .venv/harbor
+  pip_in .venv/harbor/bin/python install -q "$want"
+  echo "$want" > .venv/harbor/.rcb-stamp
+fi
+
+# 5. inspect_ai's OpenAI-compatible providers need openai >= 3.4, the verifiers extra pins
+# openai < 3: rcb-env with inspect in a venv of its own, .venv/inspect (`inspect eval`).
+want=$(stamp_of pyproject.toml)
+if [ "$(cat .venv/inspect/.rcb-stamp 2>/dev/null)" != "$want" ]; then
+  say "installing rcb-env with inspect_ai into .venv/inspect"
+  [ -x .venv/inspect/bin/python ] || "$PYTHON" -m venv .venv/inspect
+  pip_in .venv/inspect/bin/python install -q -e '.[inspect]' 'openai>=3.4'
+  echo "$want" > .venv/inspect/.rcb-stamp
+fi
+
 chmod -R a+rX "$RCB_ENV_HOME"
 say "done: .venv/bin/rcb-env; task interpreter $tv/bin/python"
