@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install check test test-fast docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence clean
+.PHONY: install check test test-fast docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence grpo-example bench-rl-scale first-observation clean
 
 install:
 	bash scripts/install.sh
@@ -67,6 +67,18 @@ equivalence: install
 
 bench-published: install
 	$(BIN)/python -m benchmarks.bench_published
+
+# A real GRPO run (TRL) of a tiny model built offline on the bundled tasks, on CPU (< 5 min).
+grpo-example: install
+	$(BIN)/python examples/grpo_tiny.py --steps 3
+
+# 64 concurrent scripted rollouts (memory per episode) and a batch's gradings concurrent vs serial.
+bench-rl-scale: install
+	$(BIN)/python -m benchmarks.bench_rl_scale
+
+# The first observation's size per benchmark and paper_in_prompt setting (docs/rl.md).
+first-observation: install
+	$(BIN)/python -m benchmarks.first_observation
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

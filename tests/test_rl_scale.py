@@ -7,6 +7,7 @@ initialised Qwen2 built offline (``examples/grpo_tiny.py``)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import math
 import sys
@@ -232,3 +233,109 @@ def test_many_environments_share_one_warm_process_and_grade_concurrently(
         for env in envs:
             env._close()
         shared.close_shared()
+
+
+_KILLED_ROLLOUT = """
+import asyncio, json, sys, time
+from pathlib import Path
+from rcb_env import config
+from rcb_env.grading import GradingConfig
+from rcb_env.rl import PolicyOutput, RolloutConfig, rollout
+from rcb_env.rl.ledger import RolloutLedger
+from rcb_env.sandbox import SandboxConfig
+from rcb_env.task import bundled_root, load
+
+run, marker = Path(sys.argv[1]), Path(sys.argv[2])
+paper = load(bundled_root()).paper("adamw-warmup")
+snippet = paper.snippet("bias correction")
+
+async def policy(messages, tools):
+    if len(messages) > 2:  # the second turn: the first tool call ran; now the process is killed
+        marker.write_text("mid-episode")
+        time.sleep(600)
+    call = {"id": "c0", "type": "function",
+            "function": {"name": "list_files", "arguments": "{}"}}
+    return PolicyOutput(message={"role": "assistant", "content": None, "tool_calls": [call]})
+
+async def main():
+    ledger = RolloutLedger(run)
+    cfg = RolloutConfig(grading=GradingConfig(python=config.task_python(), timeout_s=60))
+    sb = SandboxConfig(backend="bwrap", python=config.task_python())
+    await ledger.run("g1", 0, lambda: rollout(paper, snippet, policy, config=cfg, sandbox=sb,
+                                              group_id="g1", sample=0))
+
+asyncio.run(main())
+"""
+
+
+def test_a_killed_rollout_is_recorded_interrupted_run_again_and_counted_once(
+    require_bwrap: None, tmp_path: Path
+) -> None:
+    import asyncio
+    import os
+    import signal
+    import subprocess
+
+    from rcb_env.rl import PolicyOutput, RolloutConfig, rollout
+    from rcb_env.rl.export import read_trajectories
+    from rcb_env.rl.ledger import RolloutLedger
+    from rcb_env.task import bundled_root, load
+
+    run, marker = tmp_path / "run", tmp_path / "marker"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_ROLLOUT, str(run), str(marker)],
+        start_new_session=True,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marker.exists(), proc.stderr.read() if proc.stderr else ""
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the process group this test started
+        proc.wait()
+    assert read_trajectories(run / "trajectories.jsonl") == []  # killed before it finished
+
+    paper = load(bundled_root()).paper("adamw-warmup")
+    snippet = paper.snippet("bias correction")
+    turns = [
+        ("replace_in_file",
+         {"path": snippet.file, "old": snippet.todo_body(), "new": snippet.reference_body}),
+        ("submit", {}),
+    ]  # fmt: skip
+    asked: list[int] = []
+
+    async def policy(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+        n = len(asked)
+        asked.append(n)
+        name, args = turns[min(n, 1)]
+        call = {"id": f"c{n}", "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)}}  # fmt: skip
+        # each turn sampled by another version of the weights (asynchronous training)
+        return PolicyOutput(
+            message={"role": "assistant", "content": None, "tool_calls": [call]},
+            weight_version=f"step-{10 + n}",
+        )
+
+    cfg = RolloutConfig(grading=_grading(), policy_version="step-9", sampling={"temperature": 0.7})
+    sb = SandboxConfig(backend="bwrap", python=config.task_python())
+
+    def again() -> Any:
+        return rollout(paper, snippet, policy, config=cfg, sandbox=sb, group_id="g1", sample=0)
+
+    ledger = RolloutLedger(run)
+    assert ledger.interrupted == {"g1/s0": 1}
+    t = asyncio.run(ledger.run("g1", 0, again))
+    ledger.close()
+    assert (t.reward, t.interrupted) == (2.0, 1)
+    assert [c.weight_version for c in t.calls] == ["step-10", "step-11"]
+    assert all(c.sampling == {"temperature": 0.7} for c in t.calls)
+    # a third process: the rollout is done, nothing runs, nothing is counted again
+    ledger = RolloutLedger(run)
+    asked.clear()
+    assert asyncio.run(ledger.run("g1", 0, again)) == t
+    ledger.close()
+    assert asked == []
+    assert ledger.interrupted == {"g1/s0": 1}
+    assert len(read_trajectories(run / "trajectories.jsonl")) == 1
