@@ -196,6 +196,7 @@ def batch(envs: list[Any], rows: list[tuple[Paper, Snippet]]) -> float:
 
 
 def gradings(k: int) -> None:
+    from rcb_env.integrations._session import Cohort
     from rcb_env.integrations.trl import RcbEnvironment, environment_factory
 
     sb = SandboxConfig(backend="bwrap", python=config.task_python())
@@ -204,7 +205,8 @@ def gradings(k: int) -> None:
     rows = [(p, s) for p in pset.papers for s in p.snippets][:k]
     factory = environment_factory(sandbox=sb, grading=grading, on_failure="keep")
     together = [factory() for _ in range(k)]
-    alone = [RcbEnvironment(sandbox=sb, grading=grading) for _ in range(k)]  # own cohorts
+    # each its own cohort: its reward grades only itself
+    alone = [RcbEnvironment(sandbox=sb, grading=grading, cohort=Cohort("keep")) for _ in range(k)]
     try:
         batch(together, rows)  # warm-up: every paper's warm process started
         concurrent = batch(together, rows)

@@ -22,7 +22,7 @@ from rcb_env import config
 from rcb_env.episode.env import EnvConfig
 from rcb_env.errors import SandboxError
 from rcb_env.grading import GradingConfig
-from rcb_env.integrations._session import COULD_NOT_START, FAILED, Cohort
+from rcb_env.integrations._session import COULD_NOT_START, FAILED
 from rcb_env.rl import shared
 from rcb_env.sandbox import SandboxConfig, register_backend
 from rcb_env.sandbox.base import Sandbox
@@ -83,15 +83,12 @@ def test_grpo_trainer_survives_failed_sandboxes_and_drops_their_groups(
             rewards.append((self._session.task_id, value))
             return value
 
-    cohort = Cohort("drop")
-
-    def factory() -> RcbEnvironment:
+    def factory() -> RcbEnvironment:  # built directly: the process's cohort ("drop")
         env = Recorded(
             sandbox=_flaky(),
             grading=_grading(),
             env=EnvConfig(paper_in_prompt="outline"),
             max_turns=4,
-            cohort=cohort,
         )
         made.append(env)
         return env

@@ -73,6 +73,11 @@ def quiet_unscored_warning() -> None:
 
 quiet_unscored_warning()
 
+#: The cohort of environments built without one (``RcbEnvironment(...)`` passed to TRL directly):
+#: a trainer's rollouts are graded together and their groups dropped on a failure, as with
+#: :func:`environment_factory`.
+PROCESS_COHORT = Cohort("drop")
+
 
 class RcbEnvironment:
     """One rcb-env episode per rollout; the episode's tools as methods."""
@@ -92,7 +97,7 @@ class RcbEnvironment:
         observation, ``read_paper`` for a section; ``test_feedback``; observation caps);
         ``budgets``: wall-time, token and cost limits beside ``max_turns`` tool calls;
         ``cohort``: the environments whose rewards are graded together (one per
-        :func:`environment_factory`; default: one of its own)."""
+        :func:`environment_factory`; default: the process's, :data:`PROCESS_COHORT`)."""
         self._session = Session(
             pset,
             sandbox=sandbox,
@@ -101,7 +106,7 @@ class RcbEnvironment:
             budgets=budgets,
             max_turns=max_turns,
             background=True,
-            cohort=cohort,
+            cohort=cohort if cohort is not None else PROCESS_COHORT,
         )
 
     def __repr__(self) -> str:  # short: TRL quotes its environments in its warnings
