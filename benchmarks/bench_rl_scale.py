@@ -35,6 +35,8 @@ from rcb_env.task import bundled_root, load
 from rcb_env.task.models import Paper, Snippet
 
 GiB = 1024**3
+last_processes = 0
+"""Processes in the tree at the last :func:`tree_memory`."""
 
 
 def _pss(pid: int) -> int:
@@ -49,8 +51,36 @@ def _pss(pid: int) -> int:
     return 0
 
 
+def scratch_bytes() -> int:
+    """What this process's scratch folders hold (templates, workspaces: on a tmpfs such as
+    /dev/shm that is memory too), each file counted once, in bytes."""
+    from rcb_env.sandbox import scratch
+
+    parent = config.scratch_dir()
+    me = scratch._me()
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for folder in parent.iterdir():
+        try:
+            if (folder / scratch.OWNER_FILE).read_text() != me:
+                continue
+        except OSError:
+            continue
+        for dirpath, _dirs, files in os.walk(folder):
+            for name in files:
+                try:
+                    st = os.lstat(os.path.join(dirpath, name))
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    total += st.st_blocks * 512
+    return total
+
+
 def tree_memory(root: int) -> int:
-    """Memory (PSS) of ``root`` and all its descendants, in bytes."""
+    """Memory of ``root`` and all its descendants (PSS) plus what its scratch folders hold
+    (a tmpfs is memory), in bytes."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -62,11 +92,14 @@ def tree_memory(root: int) -> int:
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
         children.setdefault(ppid, []).append(int(entry))
     total, todo = 0, [root]
+    global last_processes
+    last_processes = 0
     while todo:
         pid = todo.pop()
         total += _pss(pid)
+        last_processes += 1
         todo += children.get(pid, [])
-    return total
+    return total + scratch_bytes()
 
 
 class Peak:
@@ -111,11 +144,13 @@ class Open:
         self.n = n
         self.waiting = 0
         self.memory = 0
+        self.processes = 0
 
     async def wait(self, wait_s: float) -> None:
         self.waiting += 1
         if self.waiting == self.n:
             self.memory = await asyncio.to_thread(tree_memory, os.getpid())
+            self.processes = last_processes
         await asyncio.sleep(wait_s)
 
 
@@ -166,6 +201,7 @@ def memory(n: int, published: bool, wait_s: float) -> None:
     firsts = {p.id: (p, s, pub) for p, s, pub in chosen}
     asyncio.run(many(list(firsts.values()), 0.0))
     base = tree_memory(os.getpid())
+    base_procs = last_processes
     t0 = time.monotonic()
     gate = Open(n)
     with Peak() as peak:
@@ -173,11 +209,17 @@ def memory(n: int, published: bool, wait_s: float) -> None:
     took = time.monotonic() - t0
     open_extra = max(1, gate.memory - base)
     scored = sum(1 for t in out if t.scored)
+    for t in out:
+        if not t.scored:
+            why = "; ".join(f"{e.stage}: {e.message[:160]}" for e in t.errors)
+            print(f"  unscored: {t.task_id}: {why}")
     print(
-        f"memory (PSS): {n} concurrent rollouts over {len(papers)} papers in {took:.1f} s "
+        f"memory (PSS + scratch files): {n} concurrent rollouts over {len(papers)} papers in "
+        f"{took:.1f} s "
         f"({scored} scored); warm processes {shared.warm_processes()}; baseline "
-        f"{base / 2**20:.0f} MiB (this process, the warm grading processes); with all {n} "
-        f"episodes open {gate.memory / 2**20:.0f} MiB: {open_extra / n / 2**20:.1f} MiB per "
+        f"{base / 2**20:.0f} MiB (this process, the warm grading processes, the templates); "
+        f"with all {n} episodes open ({gate.processes} processes in the tree, {base_procs} "
+        f"before) {gate.memory / 2**20:.0f} MiB: {open_extra / n / 2**20:.1f} MiB per "
         f"episode, {n / (open_extra / GiB):.1f} concurrent episodes per GiB (goal >= 20); "
         f"peak with their {n} gradings {peak.peak / 2**20:.0f} MiB"
     )
