@@ -197,7 +197,7 @@ class Session:
             self._count()
         elif not episode.done and len(episode.steps) >= self.max_turns:
             self.finish_async(StopReason.BUDGET_STEPS)
-            obs += f"\n[budget exhausted: {self.max_turns} tool calls; the episode has ended]"
+            obs += f"\n[budget exhausted: steps] ({self.max_turns} tool calls): episode ended"
         return obs
 
     def finish_async(self, reason: StopReason | None = None) -> None:
