@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install check test test-fast docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence harbor-published clean
+.PHONY: install check test test-fast docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence harbor-published grpo-example bench-rl-scale first-observation clean
 
 install:
 	bash scripts/install.sh
@@ -79,6 +79,18 @@ harbor-published: install
 		$(VENV)/harbor/bin/harbor run -p runs/harbor-published/tasks \
 		$(foreach t,$(HARBOR_TASKS),-i '$(t)') -a oracle -e harbor_plain_docker:PlainDocker \
 		-n 2 -o runs/harbor-published/jobs -y
+
+# A real GRPO run (TRL) of a tiny model built offline on the bundled tasks, on CPU (< 5 min).
+grpo-example: install
+	$(BIN)/python examples/grpo_tiny.py --steps 3
+
+# 64 concurrent scripted rollouts (memory per episode) and a batch's gradings concurrent vs serial.
+bench-rl-scale: install
+	$(BIN)/python -m benchmarks.bench_rl_scale
+
+# The first observation's size per benchmark and paper_in_prompt setting (docs/rl.md).
+first-observation: install
+	$(BIN)/python -m benchmarks.first_observation
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -13,7 +13,7 @@ import pytest
 
 from rcb_env import config
 from rcb_env.grading import GradingConfig
-from rcb_env.integrations._session import ENDED, parse_text_tool_calls
+from rcb_env.integrations._session import ENDED, SUBMITTED, parse_text_tool_calls
 from rcb_env.sandbox import SandboxConfig
 from rcb_env.task import bundled_root, load
 from rcb_env.task.models import Snippet
@@ -72,7 +72,7 @@ def test_trl_environment_oracle_scores_the_weight_and_null_zero(
             assert "replaced" in env.replace_in_file(
                 snippet.file, snippet.todo_body(), snippet.reference_body
             )
-            assert "passed" in env.submit()
+            assert env.submit() == SUBMITTED
             assert env.list_files() == ENDED  # after the end: a clear message, nothing runs
         assert env.get_reward() == reward  # never submitted: graded as it stands
     finally:

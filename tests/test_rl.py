@@ -238,19 +238,29 @@ def _kill_then_solve(snippet: Snippet) -> Any:
     return script
 
 
-@pytest.mark.parametrize("retries", [1, 0])
+@pytest.mark.parametrize(("retries", "on_failure"), [(1, "drop"), (0, "drop"), (0, "refill")])
 def test_a_killed_sandbox_in_one_of_8_samples(
-    task: tuple[Paper, Snippet], fake_backend: Any, retries: int
+    task: tuple[Paper, Snippet], fake_backend: Any, retries: int, on_failure: str
 ) -> None:
     paper, snippet = task
     fake_backend.inject = _kill_the_first_sandbox()
     script = _kill_then_solve(snippet)
 
-    cfg = CFG.model_copy(update={"retries": retries})
+    cfg = CFG.model_copy(update={"retries": retries, "on_failure": on_failure})
     g = asyncio.run(
         rollout_group(paper, snippet, ScriptedPolicy(script), 8, config=cfg,
                       sandbox=SandboxConfig(backend="fake", python=config.task_python()))
     )  # fmt: skip
+    if on_failure == "refill":
+        # the unscored sample is kept for the record; a new sample of the task took its place
+        (t,) = g.replaced
+        assert (t.status, t.reward, t.errors[0].type) == ("infra_error", None, "SandboxError")
+        assert t.sample not in {x.sample for x in g.trajectories}
+        assert sorted(x.sample for x in [*g.trajectories, t]) == list(range(9))
+        assert g.complete
+        assert not g.dropped
+        assert g.advantages() == [0.0] * 8
+        return
     hit = [t for t in g.trajectories if t.errors]
     assert len(hit) == 1
     (t,) = hit
@@ -264,7 +274,12 @@ def test_a_killed_sandbox_in_one_of_8_samples(
         assert (t.attempts, t.status, t.reward, t.passed) == (1, "infra_error", None, None)
         assert t.stop_reason == "infra_error"
         assert not g.complete
-        assert g.advantages()[g.trajectories.index(t)] is None
+        assert g.dropped
+        # dropped: no advantages over the 7 scored samples unless asked for explicitly
+        assert g.advantages() == [None] * 8
+        partial = g.advantages(partial=True)
+        assert partial[g.trajectories.index(t)] is None
+        assert sum(a is not None for a in partial) == 7
 
 
 def test_export_jsonl_hf_and_sft_drop_incomplete_groups_and_say_so(

@@ -31,6 +31,10 @@ class StopReason(StrEnum):
     """The cost budget ran out: ``truncated``."""
     INFRA_ERROR = "infra_error"
     """The environment failed: ``truncated``, and the episode is not scored."""
+    AGENT_STOPPED = "agent_stopped"
+    """The agent ended without submitting and with budget left (it answered without a tool
+    call, or its trainer ended the rollout): ``truncated``, the workspace graded as it
+    stands."""
 
     @property
     def is_budget(self) -> bool:

@@ -6,8 +6,14 @@ SkyRL environments are text in, text out: ``init(prompt)`` returns the first con
 runs the calls it finds and answers with their observations. The episode ends on ``submit`` or
 after ``max_turns`` steps (then the workspace is graded as it stands); the final step's reward is
 the environment's (line weight on a pass). An episode that could not be scored (an
-infrastructure failure) ends with reward 0.0 and ``metadata["scored"] = False`` (SkyRL's reward
-is a float): filter those out of training, the metrics count them.
+infrastructure failure: the sandbox could not start, died, or the grading could not run) ends
+at its next step with reward 0.0 and ``metadata["scored"] = False`` (SkyRL's reward is a float):
+filter those out of training, the metrics count them. Nothing raises out of ``init()`` or
+``step()`` for such a failure; it is counted and logged in one line.
+
+The episode's config comes from ``env_config`` (SkyRL's trainer passes only ``env_config`` and
+``extras``); by default the paper's outline is in the first observation (``read_paper`` reads a
+section).
 
     from rcb_env.integrations.skyrl import register
     register()                                     # as "rcb-env"
@@ -23,6 +29,7 @@ from typing import Any
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 from rcb_env.episode.env import EnvConfig
+from rcb_env.grading.grader import GradingConfig
 from rcb_env.integrations._session import Session, parse_text_tool_calls
 from rcb_env.sandbox import SandboxConfig
 
@@ -45,8 +52,9 @@ class RcbSkyRLEnv(BaseTextEnv):  # type: ignore[misc]
     """One rcb-env episode. ``env_config``: ``pset`` (a benchmark name or folder; None: the
     bundled tasks), ``sandbox`` (a backend name), ``python``, ``env`` (the episode's settings,
     :class:`~rcb_env.episode.env.EnvConfig`'s fields: ``paper_in_prompt``, ``test_feedback``,
-    observation caps); ``extras``: ``task_id`` (``<paper>/<snippet>``) and optionally
-    ``max_turns``."""
+    observation caps; default: ``paper_in_prompt="outline"``), ``max_turns``,
+    ``grading_timeout_s``; ``extras``: ``task_id`` (``<paper>/<snippet>``) and optionally
+    ``max_turns`` (over ``env_config``'s)."""
 
     def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None) -> None:
         super().__init__()
@@ -54,7 +62,7 @@ class RcbSkyRLEnv(BaseTextEnv):  # type: ignore[misc]
         if "task_id" not in extras:
             raise ValueError("extras must name the task: extras={'task_id': '<paper>/<snippet>'}")
         self.task_id = str(extras["task_id"])
-        self.max_turns = int(extras.get("max_turns", 30))
+        self.max_turns = int(extras.get("max_turns", _get(env_config, "max_turns", 30)))
         backend = _get(env_config, "sandbox", "auto")
         python = _get(env_config, "python")
         sandbox = (
@@ -62,10 +70,15 @@ class RcbSkyRLEnv(BaseTextEnv):  # type: ignore[misc]
             if python
             else SandboxConfig(backend=backend)
         )
+        grading = GradingConfig(
+            **({"python": python} if python else {}),
+            timeout_s=float(_get(env_config, "grading_timeout_s", 300.0)),
+        )
         episode = _get(env_config, "env")
         self.session = Session(
             _get(env_config, "pset"),
             sandbox=sandbox,
+            grading=grading,
             env=EnvConfig.model_validate(dict(episode)) if episode else None,
             max_turns=self.max_turns,
         )

@@ -8,6 +8,20 @@ from the environment's state. The reward is the environment's (line weight on a 
 fail) and ``None`` when the episode could not be scored (an infrastructure failure), which TRL
 leaves out of the reward instead of counting a 0.
 
+Failures are data: a sandbox that cannot be created makes ``reset()`` return a text saying the
+task could not start, every tool then answers that the episode has ended, and ``get_reward()``
+returns None; nothing raises out of ``train()``. Each such episode is counted
+(:func:`rcb_env.rl.shared.unscored`) and logged in one line. ``on_failure="drop"`` (the
+default) also gives None to the other rollouts of the same task in the batch (the group is left
+out instead of being normalised over its scored part); ``"keep"`` leaves that to TRL.
+
+Shared resources and lifetime: every environment of the process shares one sandbox factory per
+sandbox setting (templates, warm grading: :mod:`rcb_env.rl.shared`). A submit starts its grading
+on the process's grading pool and answers at once; the first ``get_reward()`` of a batch starts
+the grading of every rollout of the batch that never submitted, so TRL's serial reward loop
+waits for about the slowest grading. TRL never closes its environments: an environment ends its
+episode when it is collected, and the shared resources are closed at the process's exit.
+
     from rcb_env.integrations.trl import environment_factory, dataset_rows
     trainer = GRPOTrainer(model=..., train_dataset=Dataset.from_list(dataset_rows()),
                           environment_factory=environment_factory(), ...)
@@ -16,14 +30,53 @@ leaves out of the reward instead of counting a 0.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from rcb_env.episode.driver import BudgetConfig
 from rcb_env.episode.env import EnvConfig
 from rcb_env.grading.grader import GradingConfig
-from rcb_env.integrations._session import Session, load_tasks
+from rcb_env.integrations._session import Cohort, OnFailure, Session, load_tasks
+from rcb_env.logs import get_logger
+from rcb_env.rl import shared
 from rcb_env.sandbox import SandboxConfig
+
+log = get_logger(__name__)
+
+#: The logger of TRL's trainer (its warning on a rollout without reward quotes the whole prompt).
+TRL_LOGGER = "trl.trainer.grpo_trainer"
+_NONE_WARNING = "All reward functions returned None"
+
+
+class ShortUnscoredWarning(logging.Filter):
+    """Shortens TRL's warning about a rollout without a reward to one line (it quotes the whole
+    prompt, which holds the task statement; rcb-env logs why the episode was not scored)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and _NONE_WARNING in record.msg:
+            record.msg = (
+                "All reward functions returned None for a rollout: rcb-env could not score it "
+                "(an infrastructure failure, logged by rcb-env); it is left out of its group's "
+                "statistics"
+            )
+            record.args = ()
+        return True
+
+
+def quiet_unscored_warning() -> None:
+    """Install :class:`ShortUnscoredWarning` on TRL's trainer logger (idempotent)."""
+    logger = logging.getLogger(TRL_LOGGER)
+    if not any(isinstance(f, ShortUnscoredWarning) for f in logger.filters):
+        logger.addFilter(ShortUnscoredWarning())
+
+
+quiet_unscored_warning()
+
+#: The cohort of environments built without one (``RcbEnvironment(...)`` passed to TRL directly):
+#: a trainer's rollouts are graded together and their groups dropped on a failure, as with
+#: :func:`environment_factory`.
+PROCESS_COHORT = Cohort("drop")
 
 
 class RcbEnvironment:
@@ -38,22 +91,50 @@ class RcbEnvironment:
         env: EnvConfig | None = None,
         budgets: BudgetConfig | None = None,
         max_turns: int = 30,
+        cohort: Cohort | None = None,
     ) -> None:
-        """``env``: the episode's settings (``paper_in_prompt="outline"`` keeps the first
-        observation short; ``test_feedback``; observation caps); ``budgets``: wall-time, token
-        and cost limits beside ``max_turns`` tool calls."""
+        """``env``: the episode's settings (default: the paper's outline in the first
+        observation, ``read_paper`` for a section; ``test_feedback``; observation caps);
+        ``budgets``: wall-time, token and cost limits beside ``max_turns`` tool calls;
+        ``cohort``: the environments whose rewards are graded together (one per
+        :func:`environment_factory`; default: the process's, :data:`PROCESS_COHORT`)."""
         self._session = Session(
-            pset, sandbox=sandbox, grading=grading, env=env, budgets=budgets, max_turns=max_turns
+            pset,
+            sandbox=sandbox,
+            grading=grading,
+            env=env,
+            budgets=budgets,
+            max_turns=max_turns,
+            background=True,
+            cohort=cohort if cohort is not None else PROCESS_COHORT,
         )
+
+    def __repr__(self) -> str:  # short: TRL quotes its environments in its warnings
+        outcome = self._session.outcome
+        state = "running" if outcome is None else outcome.status.value
+        return f"RcbEnvironment(task={self._session.task_id!r}, {state})"
 
     # reserved -----------------------------------------------------------------------------
     def reset(self, **row: Any) -> str:
-        """Start the task of a dataset row (its ``task_id`` column)."""
+        """Start the task of a dataset row (its ``task_id`` column).
+
+        Raises:
+            ConfigError: the row names no task of the selection (bad input, not a failure of
+                the infrastructure).
+        """
         return self._session.start(str(row["task_id"]))
 
     def get_reward(self) -> float | None:
         """The episode's reward (graded as it stands if never submitted); None if unscored."""
-        return self._session.reward()
+        try:
+            return self._session.reward()
+        except Exception as exc:  # never out of train(): a rollout without a reward
+            total = shared.count_unscored("grading")
+            log.error(
+                f"rcb-env: episode of {self._session.task_id} not scored (unexpected "
+                f"{type(exc).__name__}: {str(exc)[:200]}); {total} unscored in this process"
+            )
+            return None
 
     # tools ----------------------------------------------------------------------------------
     def list_files(self, path: str = ".") -> str:
@@ -156,7 +237,7 @@ class RcbEnvironment:
         """Submit the code as it stands: it is graded and the episode ends.
 
         Returns:
-            The grading's verdict.
+            A confirmation (the grading's verdict is the reward).
         """
         return self._session.call("submit", {})
 
@@ -178,13 +259,22 @@ def environment_factory(
     env: EnvConfig | None = None,
     budgets: BudgetConfig | None = None,
     max_turns: int = 30,
+    on_failure: OnFailure = "drop",
 ) -> Callable[[], RcbEnvironment]:
     """What ``GRPOTrainer(environment_factory=...)`` takes: a fresh environment per call (the
-    episode config, as :class:`RcbEnvironment` takes it)."""
+    episode config, as :class:`RcbEnvironment` takes it), all of one cohort (their rewards
+    graded together; ``on_failure``: what an unscored rollout does to its group)."""
+    cohort = Cohort(on_failure)
 
     def make() -> RcbEnvironment:
         return RcbEnvironment(
-            pset, sandbox=sandbox, grading=grading, env=env, budgets=budgets, max_turns=max_turns
+            pset,
+            sandbox=sandbox,
+            grading=grading,
+            env=env,
+            budgets=budgets,
+            max_turns=max_turns,
+            cohort=cohort,
         )
 
     return make

@@ -26,7 +26,7 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import verifiers.v1 as vf
 from verifiers.v1.mcp import SharedToolServer
@@ -35,6 +35,7 @@ from rcb_env.integrations._session import load_tasks
 from rcb_env.integrations.bridge import EpisodeBridge
 from rcb_env.integrations.mcp_server import HttpEndpoint
 from rcb_env.results.records import EpisodeRecord, RecordLog
+from rcb_env.tools.toolbox import Feedback
 
 #: The name of the tool server the harness sees (its tools may be prefixed with it).
 TOOL_SERVER = "rcb"
@@ -58,6 +59,11 @@ class RcbTasksetConfig(vf.TasksetConfig):
     """Seconds per episode (enforced by the environment)."""
     grading_timeout_s: float = 300.0
     """Seconds per grading run."""
+    paper_in_prompt: Literal["full", "outline"] = "outline"
+    """The paper in the first observation: its outline (``read_paper`` reads a section; the
+    training default) or the whole paper."""
+    test_feedback: Feedback = "summary"
+    """What the ``run_tests`` tool reveals (``full``, ``summary``, ``none``)."""
     records: str | None = None
     """A folder to append rcb-env's episode records to (``episodes.jsonl``), as ``eval`` does."""
 
@@ -117,6 +123,7 @@ class RcbVerifiersEnv(vf.Env[RcbEnvConfig]):
     async def start(self) -> None:
         from rcb_env import config as rcb_config
         from rcb_env.episode.driver import BudgetConfig
+        from rcb_env.episode.env import EnvConfig
         from rcb_env.grading.grader import GradingConfig
         from rcb_env.runner.eval import EvalConfig
         from rcb_env.sandbox import SandboxConfig, SandboxFactory
@@ -129,6 +136,7 @@ class RcbVerifiersEnv(vf.Env[RcbEnvConfig]):
             sandbox=SandboxConfig.model_validate({"backend": ts.sandbox, "python": python}),
             grading=GradingConfig(python=python, timeout_s=ts.grading_timeout_s),
             budgets=BudgetConfig(max_steps=ts.max_steps, max_wall_s=ts.max_wall_s),
+            env=EnvConfig(paper_in_prompt=ts.paper_in_prompt, test_feedback=ts.test_feedback),
         )
         self._factory = SandboxFactory(self._cfg.sandbox)
         self._pset = load_tasks(ts.pset)

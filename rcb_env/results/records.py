@@ -48,7 +48,8 @@ class EpisodeRecord(BaseModel):
     status: Status
     """completed (submitted), truncated (a budget ended it) or infra_error (excluded)."""
     reason: str
-    """submit, budget_steps, budget_wall_s, budget_tokens, budget_cost, infra_error
+    """submit, budget_steps, budget_wall_s, budget_tokens, budget_cost, infra_error,
+    agent_stopped
     (:class:`~rcb_env.episode.outcome.StopReason`)."""
     reward: float
     passed: bool | None

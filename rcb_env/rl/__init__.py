@@ -1,6 +1,7 @@
 """RL fine-tuning loops: async rollouts with token-level data, groups with failure semantics,
 and export. See :mod:`rcb_env.rl.rollout` and :mod:`rcb_env.rl.trajectory`."""
 
+from rcb_env.rl import shared
 from rcb_env.rl.policy import ContextLengthError, Policy, PolicyOutput
 from rcb_env.rl.rollout import (
     AsyncRcbEnv,
@@ -26,4 +27,5 @@ __all__ = [
     "openai_tools",
     "rollout",
     "rollout_group",
+    "shared",
 ]

@@ -26,6 +26,9 @@ class PolicyOutput(Frozen):
     logprobs: tuple[float, ...] | None = None
     finish_reason: str | None = None
     weight_version: str | None = None
+    """The policy version that sampled this turn (e.g. the weights' step)."""
+    sampling: dict[str, Any] | None = None
+    """The sampling settings of this turn (temperature, top_p, max_tokens...)."""
     input_tokens: int = 0
     output_tokens: int = 0
 

@@ -139,9 +139,20 @@ class RolloutConfig(Frozen):
     """Seconds per attempt; reaching it grades the workspace as it stands (``timeout``)."""
     retries: int = 1
     """Fresh-sandbox attempts after an infrastructure failure (0: none)."""
-    env: EnvConfig = EnvConfig()
+    on_failure: Literal["drop", "refill"] = "drop"
+    """A group member still unscored after its retries: ``drop`` the group (no advantages;
+    export leaves it out), or ``refill`` it with a new sample of the same task (a fresh
+    rollout, up to ``refills`` per group); a group still incomplete is dropped."""
+    refills: int = 2
+    """New samples a group may draw in place of unscored members (``on_failure="refill"``)."""
+    env: EnvConfig = EnvConfig(paper_in_prompt="outline")
+    """The episode's settings; by default the paper's outline in the first observation
+    (``read_paper`` reads a section), which fits a training context."""
     grading: GradingConfig = GradingConfig()
     policy_version: str | None = None
+    """The policy version (e.g. the weights' step) of every turn whose server gave none."""
+    sampling: dict[str, Any] | None = None
+    """The sampling settings of every turn whose policy gave none (temperature, top_p...)."""
 
     def episode(
         self,
@@ -280,6 +291,7 @@ class _PolicyAgent:
                 logprobs=out.logprobs,
                 finish_reason=out.finish_reason,
                 weight_version=out.weight_version or self.cfg.policy_version,
+                sampling=out.sampling or self.cfg.sampling,
                 input_tokens=out.input_tokens,
                 output_tokens=out.output_tokens,
                 latency_s=round(latency, 4),
@@ -437,17 +449,27 @@ class Group(Frozen):
     factory had prepared it already, as a Ray node's worker has for an earlier group)."""
     pristine_checks: list[bool] = Field(default_factory=list)
     """Reuse mode: for each sample, whether the reset workspace matched the template."""
+    replaced: list[Trajectory] = Field(default_factory=list)
+    """Refill: the unscored samples that new samples took the place of (kept for the record,
+    not for training)."""
 
     @property
     def complete(self) -> bool:
         """Every sample has a reward: only complete groups go into training by default."""
         return all(t.scored for t in self.trajectories)
 
-    def advantages(self) -> list[float | None]:
-        """Group-relative advantages (reward minus the mean of the scored samples); None for
-        unscored samples, which are left out of the baseline."""
+    @property
+    def dropped(self) -> bool:
+        """Left out of training: a member has no reward (refills, if any, ran out)."""
+        return not self.complete
+
+    def advantages(self, *, partial: bool = False) -> list[float | None]:
+        """Group-relative advantages (reward minus the mean of the group). An incomplete group
+        is dropped, never normalised over its scored part without saying so: every advantage
+        is None, unless ``partial`` (then unscored samples are None and left out of the
+        baseline)."""
         scored = [t.reward for t in self.trajectories if t.reward is not None]
-        if not scored:
+        if not scored or (not partial and not self.complete):
             return [None] * len(self.trajectories)
         mean = sum(scored) / len(scored)
         return [None if t.reward is None else t.reward - mean for t in self.trajectories]
@@ -487,6 +509,7 @@ async def rollout_group(
     fac = factory or SandboxFactory(sandbox)
     before = fac.prepared(paper, snippet)
     checks: list[bool] = []
+    replaced: list[Trajectory] = []
     pool = ThreadPoolExecutor(max_workers=max(1, k), thread_name_prefix="rcb-group")
     try:
         if mode == "fresh":
@@ -510,6 +533,24 @@ async def rollout_group(
                 if isinstance(r, BaseException):
                     raise r
             trajectories = [r for r in results if isinstance(r, Trajectory)]
+            if cfg.on_failure == "refill":
+                drawn = k
+                for i, first in enumerate(trajectories):
+                    t = first
+                    while not t.scored and drawn < k + cfg.refills:
+                        replaced.append(t)
+                        t = await rollout(
+                            paper,
+                            snippet,
+                            policy,
+                            config=cfg,
+                            factory=fac,
+                            group_id=group,
+                            sample=drawn,
+                            executor=pool,
+                        )
+                        drawn += 1
+                    trajectories[i] = t
         else:
             shared = RcbEnv(paper, snippet, cfg.env, grading_config=cfg.grading, factory=fac)
             expected = await asyncio.to_thread(tree_digest, fac.template(paper, snippet))
@@ -553,6 +594,7 @@ async def rollout_group(
         mode=mode,
         templates_prepared=int(fac.prepared(paper, snippet) and not before),
         pristine_checks=checks,
+        replaced=replaced,
     )
 
 

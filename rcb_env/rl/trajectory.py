@@ -44,6 +44,8 @@ class ModelTurn(Frozen):
     finish_reason: str | None = None
     weight_version: str | None = None
     """The policy version that sampled it (for asynchronous training)."""
+    sampling: dict[str, Any] | None = None
+    """The sampling settings it was drawn with (temperature, top_p...)."""
     input_tokens: int = 0
     output_tokens: int = 0
     latency_s: float = 0.0
@@ -112,6 +114,10 @@ class Trajectory(Frozen):
     passed: bool | None
     attempts: int = 1
     """Tries this sample took (an infrastructure failure is retried in a fresh sandbox)."""
+    interrupted: int = 0
+    """Earlier runs of this sample that were interrupted mid-episode (the process killed) and
+    run again from the start (:class:`~rcb_env.rl.ledger.RolloutLedger`); they are never
+    counted."""
     errors: list[InfraError] = Field(default_factory=list)
     """The infrastructure failures of the attempts that were discarded (and of the last one
     when no attempt succeeded)."""

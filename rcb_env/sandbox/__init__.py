@@ -133,6 +133,11 @@ class SandboxFactory:
         """Where a paper's grading runs: a fresh sandbox of this factory's kind."""
         return self.impl.grading_executor(paper)
 
+    def warm_processes(self) -> int:
+        """Live warm grading processes of this factory's backend (0 for one without)."""
+        pool = getattr(self.impl, "_warm", None)
+        return len(pool.processes()) if pool is not None else 0
+
     def close(self) -> None:
         self.impl.close()
         scratch_dirs.discard(self._templates)
