@@ -4,6 +4,7 @@ verified subset made from the scores."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -283,3 +284,171 @@ def test_cli_mutants_json_is_one_document_with_the_scores(
     assert {s["id"] for s in written["snippets"]} == {
         i for i, r in rows.items() if r["score"] >= 0.75
     }
+
+
+@pytest.fixture(scope="module")
+def canary_runs(tmp_path_factory: pytest.TempPathFactory, require_bwrap: None) -> Path:
+    """Two runs on the canary in bwrap: the oracle, and an agent that submits a wrong body for
+    each snippet (a mutant each test should kill: the weak test lets its one through)."""
+    from rcb_env import config
+    from rcb_env.grading import GradingConfig
+    from rcb_env.runner import EvalConfig, run_eval
+    from rcb_env.sandbox import SandboxConfig
+    from rcb_env.testing.scripted import ScriptedAgent
+    from rcb_env.tools.actions import Submit
+
+    root = tmp_path_factory.mktemp("canary-runs")
+    pset = load(CANARY)
+    wrong = {
+        s.id: next(
+            m.body
+            for m in generate(s.reference_body).mutants
+            if m.description == ("+ -> -" if s.id == WEAK else "* -> /")
+        )
+        for s in pset.snippets
+    }
+    sandbox = SandboxConfig(backend="bwrap", python=config.task_python())
+    grading = GradingConfig(python=config.task_python(), timeout_s=60)
+    run_eval(pset, EvalConfig(agent="oracle", sandbox=sandbox, grading=grading), root / "oracle")
+
+    def agent() -> ScriptedAgent:
+        return ScriptedAgent([lambda _obs, info: Submit(body=wrong[info["snippet_id"]])])
+
+    run_eval(
+        pset,
+        EvalConfig(agent="wrong-code", sandbox=sandbox, grading=grading),
+        root / "wrong",
+        make_agent=agent,
+    )
+    return root
+
+
+def _strong_only(tmp_path: Path) -> Path:
+    path = tmp_path / "strong.json"
+    report = score_mutants(
+        load(CANARY),
+        _fake(lambda c: Outcome.PASSED if c.snippet.id == WEAK else Outcome.FAILED),
+        cap=None,
+        validation={STRONG: "ok", WEAK: "ok"},
+    )
+    path.write_text(verified_subset(report, threshold=0.8, repeat=2).model_dump_json())
+    return path
+
+
+def test_summary_and_compare_show_full_and_subset_rates(canary_runs: Path, tmp_path: Path) -> None:
+    from rcb_env.results.compare import load_runs
+    from rcb_env.results.summary import summarize_run
+
+    subset = load_subset(str(_strong_only(tmp_path)))
+    wrong = summarize_run(canary_runs / "wrong", subset)
+    # the weak test pays for wrong code on the full set; the verified subset does not
+    assert wrong.overall is not None
+    assert wrong.overall.plain == 50.0
+    assert wrong.subset is not None
+    assert wrong.subset.rates is not None
+    assert (wrong.subset.rates.plain, wrong.subset.snippets, wrong.subset.of) == (0.0, 1, 1)
+    oracle = summarize_run(canary_runs / "oracle", subset)
+    assert oracle.subset is not None
+    assert oracle.subset.rates is not None
+    assert oracle.subset.rates.plain == 100.0
+    assert summarize_run(canary_runs / "wrong").subset is None
+    loaded = load_runs([canary_runs / "oracle", canary_runs / "wrong"], subset=subset)
+    assert [
+        r.summary.subset.rates.plain for r in loaded if r.summary.subset and r.summary.subset.rates
+    ] == [100.0, 0.0]
+    result = CliRunner().invoke(
+        cli,
+        [
+            "compare",
+            str(canary_runs / "oracle"),
+            str(canary_runs / "wrong"),
+            "--subset",
+            str(tmp_path / "strong.json"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "verified scaled %" in result.output
+    shown = CliRunner().invoke(
+        cli, ["summary", str(canary_runs / "wrong"), "--subset", str(tmp_path / "strong.json")]
+    )
+    assert shown.exit_code == 0, shown.output
+    assert "verified subset (1 of 1)" in shown.output
+
+
+def test_report_has_subset_rates_and_each_snippets_mutation_score(
+    canary_runs: Path, tmp_path: Path
+) -> None:
+    from rcb_env.results import report
+
+    subset = load_subset(str(_strong_only(tmp_path)))
+    pset = load(CANARY)
+    strength = score_mutants(
+        pset,
+        _fake(lambda c: Outcome.PASSED if c.mutant.description == "+ -> -" else Outcome.FAILED),
+        cap=None,
+    )
+    data = report.build([canary_runs], subset=subset, strength=strength.model_dump(mode="json"))
+    by_label = {r["agent"]: r for r in data["runs"]}
+    assert by_label["wrong-code"]["runnable"]["plain"] == 50.0
+    assert by_label["wrong-code"]["subset"]["plain"] == 0.0
+    assert by_label["oracle"]["subset"]["plain"] == 100.0
+    assert data["subset"]["name"] == "verified"
+    weak = next(s for s in data["snippets"] if s["id"] == WEAK)
+    assert weak["strength"]["score"] == round(6 / 7, 4)
+    assert "+    return y - offset" in weak["strength"]["survivor"]["diff"]
+    assert weak["in_subset"] is False
+    page = report.render(data)
+    assert "board-subset" in (report.ASSETS / "report.js").read_text()
+    assert "y - offset" in page
+
+
+@pytest.mark.slow
+def test_the_leaderboard_switches_to_the_subset_in_a_browser(
+    canary_runs: Path, tmp_path: Path
+) -> None:
+    import time
+
+    from rcb_env.results import report
+    from tests import browser
+
+    if not browser.available():
+        if os.environ.get("CI"):
+            pytest.fail("chromium and chromedriver must be installed in CI (scripts/install.sh)")
+        pytest.skip("no chromium here")
+    strength = score_mutants(
+        load(CANARY),
+        _fake(lambda c: Outcome.PASSED if c.mutant.description == "+ -> -" else Outcome.FAILED),
+        cap=None,
+    )
+    page = report.write(
+        [canary_runs],
+        tmp_path / "report.html",
+        subset=load_subset(str(_strong_only(tmp_path))),
+        strength=strength.model_dump(mode="json"),
+    )
+    rows = """
+      const heads = [...document.querySelectorAll('#leaderboard thead th')].map(t => t.textContent);
+      return [...document.querySelectorAll('#leaderboard tbody tr')].map(tr =>
+        Object.fromEntries([...tr.children].map((td, i) => [heads[i], td.textContent])));
+    """
+    with browser.browser() as driver:
+        driver.get(page.as_uri())
+        deadline = time.monotonic() + 30
+        while driver.execute_script("return document.body.getAttribute('data-ready')") != "1":
+            assert time.monotonic() < deadline, browser.console_errors(driver)
+            time.sleep(0.05)
+        before = {r["agent"][:10]: r for r in driver.execute_script(rows)}
+        assert before["wrong-code"]["plain % (runnable)"] == "50.00"
+        driver.execute_script("document.getElementById('board-subset').click()")
+        after = {r["agent"][:10]: r for r in driver.execute_script(rows)}
+        assert after["wrong-code"]["plain % (verified)"] == "0.00"
+        assert after["oracle"]["plain % (verified)"] == "100.00"
+        cell = driver.execute_script(
+            "return [...document.querySelectorAll('#items tr')]"
+            ".find(tr => tr.dataset.snippet === arguments[0]).querySelector('.mutation')"
+            ".textContent",
+            WEAK,
+        )
+        assert cell.startswith("86% (6/7 killed)")
+        assert "return y - offset" in cell
+        assert not browser.console_errors(driver)
