@@ -22,6 +22,7 @@ from rcb_env.cli._app import (
     out,
     paper_option,
     pset_option,
+    ray_option,
     sandbox_option,
     snippet_option,
 )
@@ -32,6 +33,7 @@ from rcb_env.task.models import Pset
 from rcb_env.task.selection import VERIFIED_THRESHOLD, select_snippets
 from rcb_env.validation.render import print_strength, print_validation
 from rcb_env.validation.strength import (
+    GradeAll,
     StrengthReport,
     local_grading,
     score_mutants,
@@ -88,6 +90,7 @@ from rcb_env.validation.validate import Status, ValidationReport, planned_runs, 
     help="--subset-out: the least mutation score of a verified snippet.",
 )
 @snippet_option
+@ray_option
 def validate_cmd(
     pset: tuple[str, ...],
     papers: tuple[str, ...],
@@ -106,6 +109,7 @@ def validate_cmd(
     subset_out: Path | None,
     threshold: float,
     snippets: tuple[str, ...],
+    ray_address: str | None,
 ) -> None:
     """Check every snippet: reference passes; masked and `pass` versions fail. Papers that
     cannot run in this installation are listed with the reason and not run (--all runs them).
@@ -136,7 +140,24 @@ def validate_cmd(
                 executor_for=factory.grading_executor,
             )
         if mutants:
-            strength = _mutants(loaded, report, factory, cfg, jobs, cap, seed, out_dir)
+            grade_all = local_grading(
+                lambda p: Grader(cfg, executor=factory.grading_executor(p)), jobs
+            )
+            own_ray = None
+            if ray_address is not None:
+                from rcb_env.runner import ray_runner
+
+                if loaded.parts:
+                    raise click.UsageError("--mutants --ray: one benchmark at a time")
+                own_ray = ray_runner.connect(ray_address, jobs=jobs)
+                grade_all = ray_runner.mutants_on_ray(
+                    loaded.benchmark or str(loaded.root), factory.config, cfg
+                )
+            try:
+                strength = _mutants(loaded, report, grade_all, cap, seed, out_dir)
+            finally:
+                if own_ray is not None:
+                    ray_runner.disconnect(own_ray)
     finally:
         factory.close()
     document: str = report.model_dump_json(indent=2)
@@ -165,9 +186,7 @@ def validate_cmd(
 def _mutants(
     loaded: Pset,
     report: ValidationReport,
-    factory: SandboxFactory,
-    cfg: GradingConfig,
-    jobs: int,
+    grade_all: GradeAll,
     cap: int,
     seed: int,
     out_dir: Path | None,
@@ -180,7 +199,7 @@ def _mutants(
         bar = progress.add_task("", total=None)
         return score_mutants(
             chosen,
-            local_grading(lambda p: Grader(cfg, executor=factory.grading_executor(p)), jobs),
+            grade_all,
             seed=seed,
             cap=cap,
             out=out_dir,
