@@ -368,6 +368,14 @@ def test_summary_and_compare_show_full_and_subset_rates(canary_runs: Path, tmp_p
     )
     assert result.exit_code == 0, result.output
     assert "verified scaled %" in result.output
+    as_json = CliRunner().invoke(
+        cli,
+        ["compare", str(canary_runs / "oracle"), str(canary_runs / "wrong"), "--json",
+         "--subset", str(tmp_path / "strong.json")],
+    )  # fmt: skip
+    assert as_json.exit_code == 0, as_json.output
+    runs = json.loads(as_json.stdout)["runs"]
+    assert [r["subset"]["rates"]["plain"] for r in runs] == [100.0, 0.0]
     shown = CliRunner().invoke(
         cli, ["summary", str(canary_runs / "wrong"), "--subset", str(tmp_path / "strong.json")]
     )

@@ -59,7 +59,8 @@ from rcb_env.validation.validate import Status, ValidationReport, planned_runs, 
     type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
     is_flag=False,
     flag_value="-",
-    help="Write the report as JSON to this file; `--json` alone: print it (one document).",
+    help="Write the report as JSON to this file (with --mutants: the mutation scores); `--json` "
+    "alone: print it, and nothing else, on standard output.",
 )
 @click.option(
     "--all", "everything", is_flag=True, help="Also run papers that are unavailable here."
@@ -117,11 +118,13 @@ def validate_cmd(
     loaded = _load(pset, papers, snippets)
     whole = loaded
     _print_failures(loaded)
+    # `--json` alone: the document is the only thing on standard output
+    notes = err if json_path is not None and str(json_path) == "-" else out
     if not everything:
         loaded, totals = runnable(loaded)
         for u in totals.unavailable:
             what = f"{u.paper}/{u.snippet}" if u.snippet else u.paper
-            out.print(f"unavailable {what}: {u.reason}", highlight=False, soft_wrap=True)
+            notes.print(f"unavailable {what}: {u.reason}", highlight=False, soft_wrap=True)
     cfg = GradingConfig() if timeout is None else GradingConfig(timeout_s=timeout)
     grader = Grader(cfg)
     factory = SandboxFactory(

@@ -25,7 +25,7 @@ from rcb_env.results.inference import (
     scores,
 )
 from rcb_env.results.records import EpisodeRecord, final_records, read_records
-from rcb_env.results.summary import Summary, Totals, summarize, summarize_run
+from rcb_env.results.summary import SubsetRates, Summary, Totals, summarize, summarize_run
 from rcb_env.task.selection import Subset
 
 #: The key an imported run's manifest carries (rcb_env.results.imported).
@@ -198,6 +198,8 @@ class RunStats(BaseModel):
     """A combined run: each benchmark's rates."""
     full: dict[str, Estimate] = {}
     """pass@1 over the full benchmark, when the run recorded it."""
+    subset: SubsetRates | None = None
+    """The rates on a named subset's snippets (``compare --subset``)."""
 
 
 class ComparisonReport(BaseModel):
@@ -268,6 +270,7 @@ def compare_statistics(
                 per_paper=stats_.per_paper,
                 parts=stats_.parts,
                 full=stats_.full,
+                subset=r.summary.subset,
             )
         )
     pairs = [
