@@ -460,3 +460,18 @@ def test_the_leaderboard_switches_to_the_subset_in_a_browser(
         assert cell.startswith("86% (6/7 killed)")
         assert "return y - offset" in cell
         assert not browser.console_errors(driver)
+
+
+def test_eval_runs_only_the_subsets_snippets(tmp_path: Path, require_bwrap: None) -> None:
+    from rcb_env.results.records import read_records
+
+    result = CliRunner().invoke(
+        cli,
+        ["eval", "--agent", "null", "--pset", str(CANARY), "--sandbox", "bwrap",
+         "--subset", str(_strong_only(tmp_path)), "--resume", str(tmp_path / "run")],
+    )  # fmt: skip
+    assert result.exit_code in (0, 1), result.output
+    assert [r.snippet_id for r in read_records(tmp_path / "run" / "episodes.jsonl")] == [STRONG]
+    unknown = CliRunner().invoke(cli, ["eval", "--agent", "null", "--subset", "nope"])
+    assert unknown.exit_code != 0
+    assert "no subset named 'nope'" in str(unknown.exception) + unknown.output
