@@ -28,7 +28,9 @@ class Statement(Operator):
                 return
         elif not isinstance(node, cst.If | cst.For | cst.With | cst.While):
             return
-        first = code.strip().splitlines()[0] if code.strip() else ""
+        # the statement's own first line (the comments above it belong to the node, and stay)
+        lines = [ln for ln in code.strip().splitlines() if not ln.lstrip().startswith("#")]
+        first = lines[0] if lines else ""
         replacement = cst.SimpleStatementLine(
             body=[cst.Pass()],
             leading_lines=node.leading_lines,
