@@ -475,3 +475,24 @@ def test_eval_runs_only_the_subsets_snippets(tmp_path: Path, require_bwrap: None
     unknown = CliRunner().invoke(cli, ["eval", "--agent", "null", "--subset", "nope"])
     assert unknown.exit_code != 0
     assert "no subset named 'nope'" in str(unknown.exception) + unknown.output
+
+
+def test_survivors_that_differ_on_other_inputs_are_test_gaps_the_rest_possibly_equivalent(
+    require_bwrap: None,
+) -> None:
+    result = CliRunner().invoke(
+        cli,
+        ["validate", "--pset", str(CANARY), "--sandbox", "bwrap", "--mutants", "--equivalence",
+         "--jobs", "2", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = {s["id"]: s for s in json.loads(result.stdout)["snippets"]}
+    kinds = {i: {v["description"]: v["kind"] for v in row["survivors"]} for i, row in rows.items()}
+    # w * x is x * w: no input tells them apart; a flipped offset and a dropped one do differ
+    # from the reference once the offset is not zero
+    assert kinds == {
+        STRONG: {"arguments swapped: weights <-> values": "possibly equivalent"},
+        WEAK: {"+ -> -": "test gap", "return y instead": "test gap"},
+    }
+    assert (rows[WEAK]["test_gaps"], rows[WEAK]["possibly_equivalent"]) == (2, 0)
+    assert (rows[STRONG]["test_gaps"], rows[STRONG]["possibly_equivalent"]) == (0, 1)

@@ -33,12 +33,14 @@ from rcb_env.task.models import Pset
 from rcb_env.task.selection import VERIFIED_THRESHOLD, select_snippets
 from rcb_env.validation.render import print_strength, print_validation
 from rcb_env.validation.strength import (
+    Classify,
     GradeAll,
     StrengthReport,
     local_grading,
     score_mutants,
     verified_subset,
 )
+from rcb_env.validation.survivors import classify_all
 from rcb_env.validation.validate import Status, ValidationReport, planned_runs, validate
 
 
@@ -90,6 +92,12 @@ from rcb_env.validation.validate import Status, ValidationReport, planned_runs, 
     show_default=True,
     help="--subset-out: the least mutation score of a verified snippet.",
 )
+@click.option(
+    "--equivalence",
+    is_flag=True,
+    help="--mutants: run each survivor beside the reference on perturbed inputs of the snippet's "
+    "function (where the test calls it) and mark it a test gap or possibly equivalent.",
+)
 @snippet_option
 @ray_option
 def validate_cmd(
@@ -111,6 +119,7 @@ def validate_cmd(
     threshold: float,
     snippets: tuple[str, ...],
     ray_address: str | None,
+    equivalence: bool,
 ) -> None:
     """Check every snippet: reference passes; masked and `pass` versions fail. Papers that
     cannot run in this installation are listed with the reason and not run (--all runs them).
@@ -156,9 +165,17 @@ def validate_cmd(
                 grade_all = ray_runner.mutants_on_ray(
                     loaded.benchmark or str(loaded.root), factory.config, cfg
                 )
+            # the probe runs one command in a copy of its own: the cold executors
+            cold = SandboxFactory(factory.config.model_copy(update={"warm_grading": False}))
+            sort = (
+                (lambda items: classify_all(items, cold.grading_executor, scratch=factory.scratch))
+                if equivalence
+                else None
+            )
             try:
-                strength = _mutants(loaded, report, grade_all, cap, seed, out_dir)
+                strength = _mutants(loaded, report, grade_all, cap, seed, out_dir, sort)
             finally:
+                cold.close()
                 if own_ray is not None:
                     ray_runner.disconnect(own_ray)
     finally:
@@ -193,6 +210,7 @@ def _mutants(
     cap: int,
     seed: int,
     out_dir: Path | None,
+    classify: Classify | None,
 ) -> StrengthReport:
     """The strength of the tests of the snippets whose reference passed (ok or weak)."""
     statuses = {s.id: s.status.value for p in report.papers for s in p.snippet_reports}
@@ -209,4 +227,5 @@ def _mutants(
             validation=statuses,
             on_done=lambda label: progress.update(bar, advance=1, description=label),
             on_planned=lambda todo: progress.update(bar, total=todo),
+            classify=classify,
         )

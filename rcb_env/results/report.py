@@ -384,7 +384,8 @@ def _strength(doc: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     """Per snippet id: its mutation score, counts and first surviving mutant."""
     out: dict[str, dict[str, Any]] = {}
     for s in (doc or {}).get("snippets", ()):
-        survivors = s.get("survivors") or []
+        # a test gap first: it shows what the test misses (an equivalent one shows nothing)
+        survivors = sorted(s.get("survivors") or [], key=lambda v: v.get("kind") != "test gap")
         out[s["id"]] = {
             "score": s.get("score"),
             "killed": s.get("killed", 0),

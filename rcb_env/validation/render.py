@@ -108,10 +108,16 @@ def print_strength(out: Console, report: StrengthReport, root_label: str, worst:
         key=lambda s: (s.score or 0.0, -s.weight),
     )[:worst]
     for s in weakest:
-        one = s.survivors[0]
+        one = next((v for v in s.survivors if v.kind == "test gap"), s.survivors[0])
+        kinds = (
+            f" ({s.test_gaps} test gaps, {s.possibly_equivalent} possibly equivalent)"
+            if s.test_gaps is not None
+            else ""
+        )
         out.print(
             f"[yellow]{s.id}[/yellow]: {s.killed}/{s.killed + s.survived} killed "
-            f"({s.score:.0%}); survived: {one.operator}, {one.description}",
+            f"({s.score:.0%}){kinds}; survived: {one.operator}, {one.description}"
+            + (f" [{one.kind}]" if one.kind else ""),
             highlight=False,
             soft_wrap=True,
         )

@@ -44,6 +44,10 @@ class Case(NamedTuple):
     mutant: Mutant
 
 
+Kind = Literal["test gap", "possibly equivalent"]
+Classify = Callable[[list[tuple[Paper, Snippet, dict[str, str]]]], dict[tuple[str, str], Kind]]
+"""Sorts survivors (per snippet: mutant key -> body) into kinds: (snippet id, key) -> kind."""
+
 GradeAll = Callable[[Sequence[Case], Callable[[Case, GradeResult], None]], None]
 """Grades every case, calling back with each verdict as it comes (in any order, from any
 thread)."""
@@ -94,10 +98,15 @@ class MutantRecord(Frozen):
 class Survivor(Frozen):
     """A mutant the test let through."""
 
+    key: str = ""
     operator: str
     description: str
     line: int
     diff: str
+    kind: Kind | None = None
+    """``test gap`` (it differs from the reference on inputs the test did not try) or
+    ``possibly equivalent`` (it agreed on all of them); None when not classified
+    (:mod:`rcb_env.validation.survivors`)."""
 
 
 class SnippetStrength(Frozen):
@@ -120,6 +129,10 @@ class SnippetStrength(Frozen):
     survivors: tuple[Survivor, ...] = ()
     error: str | None = None
     """Why no mutant could be made (the reference body does not parse alone)."""
+    test_gaps: int | None = None
+    """Survivors that differ from the reference on other inputs (when classified)."""
+    possibly_equivalent: int | None = None
+    """Survivors that agreed with the reference on every other input (when classified)."""
     validation: str | None = None
     """The snippet's validation status (``ok``, ``weak``, ...) when it was validated."""
 
@@ -277,11 +290,14 @@ def score_mutants(
     validation: dict[str, str] | None = None,
     on_done: Callable[[str], None] | None = None,
     on_planned: Callable[[int], None] | None = None,
+    classify: Classify | None = None,
 ) -> StrengthReport:
     """Generate every snippet's mutants (``cap`` each, drawn with ``seed``), grade those not
     already in ``out``'s records with ``grade_all``, and score them. ``validation`` carries each
     snippet's validation status into the report; ``on_planned`` hears how many gradings are
-    left to do, ``on_done`` of each as it is done."""
+    left to do, ``on_done`` of each as it is done. ``classify`` (e.g. over
+    :func:`rcb_env.validation.survivors.classify_all`) sorts the survivors into test gaps and
+    possibly equivalent mutants."""
     from rcb_env import __version__
     from rcb_env.validation.mutants import OPERATORS
 
@@ -314,7 +330,7 @@ def score_mutants(
     finally:
         if log is not None:
             log.close()
-    return build_report(
+    report = build_report(
         pset,
         made,
         records,
@@ -324,6 +340,35 @@ def score_mutants(
         validation=validation or {},
         wall_s=time.monotonic() - started,
         version=__version__,
+    )
+    if classify is None:
+        return report
+    bodies = {(s.id, m.key): m.body for s in pset.snippets for m in made[s.id].mutants}
+    snippets = {s.id: (p, s) for p in pset.papers for s in p.snippets}
+    items = [
+        (*snippets[s.id], {v.key: bodies[(s.id, v.key)] for v in s.survivors})
+        for s in report.snippets
+        if s.survivors
+    ]
+    kinds = classify(items)
+    return report.model_copy(
+        update={
+            "snippets": tuple(_classified(s, kinds) for s in report.snippets),
+            "wall_s": round(time.monotonic() - started, 1),
+        }
+    )
+
+
+def _classified(s: SnippetStrength, kinds: dict[tuple[str, str], Kind]) -> SnippetStrength:
+    survivors = tuple(v.model_copy(update={"kind": kinds.get((s.id, v.key))}) for v in s.survivors)
+    if not any(v.kind for v in survivors):
+        return s.model_copy(update={"survivors": survivors})
+    return s.model_copy(
+        update={
+            "survivors": survivors,
+            "test_gaps": sum(v.kind == "test gap" for v in survivors),
+            "possibly_equivalent": sum(v.kind == "possibly equivalent" for v in survivors),
+        }
     )
 
 
@@ -367,7 +412,11 @@ def build_report(
                     score=round(killed / counted, 4) if counted else None,
                     survivors=tuple(
                         Survivor(
-                            operator=r.operator, description=r.description, line=r.line, diff=r.diff
+                            key=r.key,
+                            operator=r.operator,
+                            description=r.description,
+                            line=r.line,
+                            diff=r.diff,
                         )
                         for r in survived
                     ),

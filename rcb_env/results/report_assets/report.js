@@ -242,7 +242,7 @@
     const t = strengthOf[id];
     if (!t) return null;
     const parts = [el("p", { class: "strength" }, `Test strength: mutation score ${strengthText(t)}.`)];
-    if (t.survivor) parts.push(el("p", {}, `A mutant the test let through (${t.survivor.operator}: ${t.survivor.description}):`), diff(t.survivor.diff));
+    if (t.survivor) parts.push(el("p", {}, `A mutant the test let through (${t.survivor.operator}: ${t.survivor.description}${t.survivor.kind ? "; " + t.survivor.kind : ""}):`), diff(t.survivor.diff));
     return el("div", { class: "strength-box" }, parts);
   }
   function renderItems() {
