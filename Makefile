@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install check test test-fast docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence harbor-published grpo-example bench-rl-scale first-observation clean
+.PHONY: install check test test-fast docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence harbor-published grpo-example bench-rl-scale first-observation strength bench-mutants clean
 
 install:
 	bash scripts/install.sh
@@ -64,6 +64,15 @@ bench-rollouts: install
 # snippet's oracle, null and `pass` bodies graded both ways must get the same verdicts.
 equivalence: install
 	$(BIN)/python -m rcb_env.validation.equivalence --pset researchcodebench --jobs 2
+
+# How strong each test of the published runnable sets is (mutants of each reference, graded like
+# submissions; resumable in runs/strength): the scores, the weakest snippets and the verified subset.
+strength: install
+	$(BIN)/rcb-env validate --pset researchcodebench --mutants --cap 8 --jobs 2 --repeat 2 --out runs/strength/researchcodebench --json runs/strength/researchcodebench.json --subset-out runs/strength/verified-researchcodebench.json
+	$(BIN)/rcb-env validate --pset lmr-bench --mutants --cap 8 --jobs 2 --repeat 2 --out runs/strength/lmr-bench --json runs/strength/lmr-bench.json --subset-out runs/strength/verified-lmr-bench.json
+
+bench-mutants: install
+	$(BIN)/python -m benchmarks.bench_mutants
 
 bench-published: install
 	$(BIN)/python -m benchmarks.bench_published

@@ -835,3 +835,34 @@ def live_processes_named(name: str, since: float) -> int:
         if any(q.pid == me for q in parents) or not parents or parents[0].pid == 1:
             count += 1
     return count
+
+
+def test_mutants_graded_through_ray_get_the_canarys_known_verdicts(
+    tmp_path: Path, require_bwrap: None
+) -> None:
+    """`validate --mutants --ray`: each mutant a grading job on a node (the job kind of the
+    reward-hack suite), with the verdicts a local run gives (tests/test_mutants.py): on the
+    canary, exactly these mutants survive."""
+    import json
+
+    from click.testing import CliRunner
+
+    from rcb_env.cli import cli
+
+    survives = {"arguments swapped: weights <-> values", "+ -> -", "return y instead"}
+    result = CliRunner().invoke(
+        cli,
+        ["validate", "--pset", str(bundled_root() / "strength-canary"), "--sandbox", "bwrap",
+         "--mutants", "--cap", "4", "--jobs", "2", "--json", "--out", str(tmp_path / "m"),
+         "--ray", "local"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert not ray.is_initialized()
+    doc = json.loads(result.stdout)
+    records = [
+        json.loads(line) for line in (tmp_path / "m" / "mutants.jsonl").read_text().splitlines()
+    ]
+    assert len(records) == 8
+    for r in records:
+        assert r["status"] == ("survived" if r["description"] in survives else "killed"), r
+    assert sum(s["killed"] + s["survived"] for s in doc["snippets"]) == 8

@@ -152,6 +152,11 @@ ray_option = click.option(
 paper_option = click.option(
     "--paper", "papers", multiple=True, help="Only this paper (repeatable)."
 )
+subset_option = click.option(
+    "--subset",
+    help="A named subset of the snippets (`verified`: reference solid and mutation score at or "
+    "above the threshold, see docs/test-strength.md; or a subset file).",
+)
 snippet_option = click.option(
     "--snippet", "snippets", multiple=True, help="Only this snippet: <paper>/<name> or <name>."
 )

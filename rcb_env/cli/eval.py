@@ -25,6 +25,7 @@ from rcb_env.cli._app import (
     pset_option,
     sandbox_option,
     snippet_option,
+    subset_option,
 )
 from rcb_env.results.render import print_summary
 from rcb_env.results.summary import Summary
@@ -33,6 +34,7 @@ from rcb_env.runner.eval import runnable
 from rcb_env.runner.spec import RunSpec
 from rcb_env.sandbox.backend import brings_interpreter
 from rcb_env.task.models import Pset
+from rcb_env.task.selection import load_subset, select_subset
 
 
 @cli.command(name="eval")
@@ -47,6 +49,7 @@ from rcb_env.task.models import Pset
 @pset_option
 @paper_option
 @snippet_option
+@subset_option
 @click.option("--jobs", default=1, show_default=True, help="Episodes in parallel.")
 @click.option("--samples", default=1, show_default=True, help="Episodes per snippet.")
 @sandbox_option
@@ -125,6 +128,8 @@ def _selection(spec: RunSpec) -> Pset:
     """The snippets to run, with what loading and this installation left out said first (the
     run records why too)."""
     loaded = _load(spec.pset, spec.papers, spec.snippets)
+    if spec.subset is not None:
+        loaded = select_subset(loaded, load_subset(spec.subset))
     _print_failures(loaded)
     for u in runnable(loaded, interpreter_given=brings_interpreter(spec.sandbox))[1].unavailable:
         what = f"{u.paper}/{u.snippet}" if u.snippet else u.paper

@@ -7,13 +7,17 @@ import tempfile
 import threading
 import webbrowser
 from pathlib import Path
+from typing import Any
 
 import click
+from pydantic import ValidationError
 
-from rcb_env.cli._app import _load, _shown, cli, err, out
+from rcb_env.cli._app import _load, _shown, cli, err, out, subset_option
 from rcb_env.errors import ConfigError, RcbError
 from rcb_env.results import report
 from rcb_env.results.imported import import_results
+from rcb_env.task.selection import load_subset
+from rcb_env.validation.strength import StrengthReport
 
 #: Where ``rcb-env import-results`` puts the paper's models by default.
 PUBLISHED_RUNS = Path("runs") / "published"
@@ -53,16 +57,46 @@ def _published(value: str | None, scratch: Path) -> list[Path]:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("report.html"), show_default=True)  # fmt: skip
 @click.option("--title", default="", help="The page's title.")
-def report_cmd(runs: tuple[Path, ...], published: str | None, output: Path, title: str) -> None:
+@subset_option
+@click.option(
+    "--strength",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A `validate --mutants --json` document: each snippet's mutation score and a surviving "
+    "mutant's diff.",
+)
+def report_cmd(
+    runs: tuple[Path, ...],
+    published: str | None,
+    output: Path,
+    title: str,
+    subset: str | None,
+    strength: Path | None,
+) -> None:
     """One HTML file (works offline, in any browser) from runs or folders of runs: leaderboard,
     plots, pass matrix and every episode's trajectory."""
     if not runs and published is None:
         raise click.UsageError("name at least one run (or --published)")
     with tempfile.TemporaryDirectory() as scratch:
-        path = report.write(list(runs), output, published=_published(published, Path(scratch)),
-                            title=title)  # fmt: skip
+        path = report.write(
+            list(runs),
+            output,
+            published=_published(published, Path(scratch)),
+            title=title,
+            subset=load_subset(subset) if subset else None,
+            strength=_strength(strength),
+        )
     size = path.stat().st_size
     out.print(f"report: {_shown(path)} ({size / 2**20:.1f} MiB)", highlight=False)
+
+
+def _strength(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    try:
+        doc = StrengthReport.model_validate_json(path.read_text())
+    except ValidationError as exc:
+        raise ConfigError(f"{path} is not a `validate --mutants --json` document: {exc}") from exc
+    return doc.model_dump(mode="json")
 
 
 @cli.command(name="view")

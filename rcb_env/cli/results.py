@@ -9,7 +9,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from rcb_env.cli._app import _load, _shown, cli, err, out
+from rcb_env.cli._app import _load, _shown, cli, err, out, subset_option
 from rcb_env.errors import ConfigError, RcbError
 from rcb_env.results import stats
 from rcb_env.results.compare import compare_statistics, load_runs, run_row
@@ -18,6 +18,7 @@ from rcb_env.results.inference import Bootstrap, plan, run_statistics, scores
 from rcb_env.results.records import read_records
 from rcb_env.results.render import print_comparison, print_plan, print_summary
 from rcb_env.results.summary import summarize_run
+from rcb_env.task.selection import load_subset
 
 
 def bootstrap_options(f: Any) -> Any:
@@ -58,10 +59,13 @@ def bootstrap_options(f: Any) -> Any:
 @bootstrap_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (the summary and, under "
               "'statistics', every rate with its interval).")  # fmt: skip
-def summary(run_dir: Path, k: int, resamples: int, seed: int, as_json: bool) -> None:
+@subset_option
+def summary(
+    run_dir: Path, k: int, resamples: int, seed: int, as_json: bool, subset: str | None
+) -> None:
     """Scaled and plain pass rates of a run, overall and per paper, with 95% intervals
     (paper-clustered bootstrap)."""
-    s = summarize_run(run_dir)
+    s = summarize_run(run_dir, load_subset(subset) if subset else None)
     st = run_statistics(
         read_records(run_dir / "episodes.jsonl"),
         s.totals,
@@ -90,6 +94,7 @@ def summary(run_dir: Path, k: int, resamples: int, seed: int, as_json: bool) -> 
 @bootstrap_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON document: every rate with its "
               "interval, every run against the baseline.")  # fmt: skip
+@subset_option
 def compare_cmd(
     run_dirs: tuple[Path, ...],
     force: bool,
@@ -99,12 +104,18 @@ def compare_cmd(
     resamples: int,
     seed: int,
     as_json: bool,
+    subset: str | None,
 ) -> None:
     """Runs side by side: pass rates with 95% intervals, tokens, cost, steps, time, infra
     errors; then every run against the baseline, paired by snippet: the difference, its
     interval, p-value (Holm-corrected for several runs) and the smallest detectable
     difference."""
-    loaded = load_runs(list(run_dirs), force=force, papers=papers)
+    loaded = load_runs(
+        list(run_dirs),
+        force=force,
+        papers=papers,
+        subset=load_subset(subset) if subset else None,
+    )
     report = compare_statistics(
         list(run_dirs),
         baseline=baseline,

@@ -25,7 +25,8 @@ from rcb_env.results.inference import (
     scores,
 )
 from rcb_env.results.records import EpisodeRecord, final_records, read_records
-from rcb_env.results.summary import Summary, Totals, summarize, summarize_run
+from rcb_env.results.summary import SubsetRates, Summary, Totals, summarize, summarize_run
+from rcb_env.task.selection import Subset
 
 #: The key an imported run's manifest carries (rcb_env.results.imported).
 IMPORTED = "imported"
@@ -83,12 +84,17 @@ class LoadedRun:
 
 
 def load_runs(
-    run_dirs: list[Path], *, force: bool = False, papers: Iterable[str] = ()
+    run_dirs: list[Path],
+    *,
+    force: bool = False,
+    papers: Iterable[str] = (),
+    subset: Subset | None = None,
 ) -> list[LoadedRun]:
     """The runs as :func:`compare` rates them. Imported runs (the paper's published results,
     ``import-results``) are rated on the snippets of the first run evaluated here, so every row
     is on the same snippets and weights; their full-benchmark rates use the whole benchmark.
-    ``papers``: only these papers' snippets (then no full-benchmark rates).
+    ``papers``: only these papers' snippets (then no full-benchmark rates). ``subset``: each
+    summary also has the rates on that subset's snippets.
 
     Raises:
         ConfigError: the runs differ in task set or budgets/settings and ``force`` is not set,
@@ -116,7 +122,7 @@ def load_runs(
     loaded = []
     for d, m in zip(run_dirs, manifests, strict=True):
         records = list(final_records(read_records(d / "episodes.jsonl")).values())
-        summary = summarize_run(d)
+        summary = summarize_run(d, subset)
         if IMPORTED in m and wanted is not None:
             totals = None
             if reference is not None and reference.get("benchmark"):
@@ -135,10 +141,10 @@ def load_runs(
                     f"(e.g. {sorted(missing)[0]})"
                 )
             records = [r for r in records if r.snippet_id in scope]
-            summary = summarize(records, None if only else totals)
+            summary = summarize(records, None if only else totals, subset)
         elif only:
             records = [r for r in records if r.paper_id in only]
-            summary = summarize(records)
+            summary = summarize(records, subset=subset)
         loaded.append(LoadedRun(d, m, records, summary))
     if only and not any(run.records for run in loaded):
         raise ConfigError(f"no run has a record of {', '.join(sorted(only))}")
@@ -192,6 +198,8 @@ class RunStats(BaseModel):
     """A combined run: each benchmark's rates."""
     full: dict[str, Estimate] = {}
     """pass@1 over the full benchmark, when the run recorded it."""
+    subset: SubsetRates | None = None
+    """The rates on a named subset's snippets (``compare --subset``)."""
 
 
 class ComparisonReport(BaseModel):
@@ -262,6 +270,7 @@ def compare_statistics(
                 per_paper=stats_.per_paper,
                 parts=stats_.parts,
                 full=stats_.full,
+                subset=r.summary.subset,
             )
         )
     pairs = [

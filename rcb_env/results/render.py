@@ -85,6 +85,8 @@ def print_summary(
         row(label, s.overall, st.overall if st else None)
     if s.full is not None and s.totals is not None and s.totals.unavailable and not s.parts:
         row(f"full {s.totals.name or 'benchmark'}", s.full, st.full if st else None)
+    if s.subset is not None and s.subset.rates is not None:
+        row(f"{s.subset.name} subset ({s.subset.snippets} of {s.subset.of})", s.subset.rates)
     out.print(table)
     if more is not None:
         out.print(more)
@@ -147,16 +149,22 @@ def print_comparison(
     table.add_column("run", no_wrap=True)
     table.add_column("agent")
     level = f"{report.level:.0%} CI" if report else ""
-    for col in ("scaled %", "plain %", "episodes", "tokens", "cost $", "steps", "wall s", "infra"):
+    subset = next((r.summary.subset.name for r in rows if r.summary.subset), None)
+    subset_cols = (f"{subset} scaled %", f"{subset} plain %") if subset else ()
+    for col in ("scaled %", "plain %", *subset_cols, "episodes", "tokens", "cost $", "steps",
+                "wall s", "infra"):  # fmt: skip
         table.add_column(col, justify="right")
     for r in rows:
         o = r.summary.overall
         std = r.summary.samples > 1
+        v = r.summary.subset.rates if r.summary.subset else None
+        verified = ("-" if v is None else f"{v.scaled:.2f}", "-" if v is None else f"{v.plain:.2f}")
         table.add_row(
             r.run,
             r.agent,
             "-" if o is None else f"{o.scaled:.2f}" + (f" ± {o.scaled_std:.2f}" if std else ""),
             "-" if o is None else f"{o.plain:.2f}" + (f" ± {o.plain_std:.2f}" if std else ""),
+            *(verified if subset else ()),
             str(r.summary.episodes),
             str(r.tokens),
             f"{r.cost:.4f}",

@@ -28,6 +28,7 @@ from rcb_env.results.inference import Bootstrap, Estimate, SnippetScore, compare
 from rcb_env.results.inference import scores as snippet_scores
 from rcb_env.results.records import EpisodeRecord, final_records, read_records
 from rcb_env.results.summary import Rates, Summary, summarize, summarize_run
+from rcb_env.task.selection import Subset
 
 SCHEMA = "rcb-env/report/1"
 ASSETS = Path(__file__).with_name("report_assets")
@@ -244,9 +245,17 @@ def _outcome(record: EpisodeRecord) -> str:
 
 
 def build(
-    paths: Iterable[Path], *, published: Iterable[Path] = (), title: str = ""
+    paths: Iterable[Path],
+    *,
+    published: Iterable[Path] = (),
+    title: str = "",
+    subset: Subset | None = None,
+    strength: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The report's data from runs (and imported published runs, listed after them).
+    """The report's data from runs (and imported published runs, listed after them). With
+    ``subset``, each run's rates on it too (the leaderboard can switch to them); with
+    ``strength`` (a ``validate --mutants --json`` document), each snippet's mutation score and a
+    surviving mutant's diff.
 
     Raises:
         ConfigError: a path holds no run.
@@ -277,6 +286,7 @@ def build(
         if imported and ref_snippets:  # rated on the snippets run here too
             scope = [r for r in records if r.snippet_id in ref_snippets]
             runnable = summarize(scope).overall if scope else None
+        on_subset = summarize(scope, subset=subset).subset if subset is not None else None
         score = snippet_scores(scope)
         scored.append(score)
         scaled_ci = estimate(score, "scaled", boot=boot)
@@ -308,6 +318,7 @@ def build(
                 "model": (cfg.get("model") or {}).get("spec"),
                 "samples": summary.samples,
                 "runnable": _rates(runnable, scaled_ci, plain_ci),
+                "subset": _rates(on_subset.rates) if on_subset is not None else None,
                 "full": _rates(full),
                 "full_snippets": summary.totals.snippets if summary.totals else None,
                 "per_paper": {p: round(r.scaled, 4) for p, r in summary.per_paper.items()},
@@ -347,6 +358,11 @@ def build(
     keep = {s["id"] for s in snippets}
     kept = [c for c in cells if c["snippet"] in keep]
     _ranking(runs, scored, boot)
+    tested = _strength(strength)
+    for s in snippets:
+        s["strength"] = tested.get(s["id"])
+        if subset is not None:
+            s["in_subset"] = s["id"] in subset.ids
     return {
         "schema": SCHEMA,
         "title": title or "rcb-env report",
@@ -358,7 +374,25 @@ def build(
         "items": _items(snippets, kept),
         "episodes": episodes,
         "statements": statements,
+        "subset": None
+        if subset is None
+        else {"name": subset.name, "criteria": subset.criteria, "snippets": len(subset.snippets)},
     }
+
+
+def _strength(doc: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """Per snippet id: its mutation score, counts and first surviving mutant."""
+    out: dict[str, dict[str, Any]] = {}
+    for s in (doc or {}).get("snippets", ()):
+        # a test gap first: it shows what the test misses (an equivalent one shows nothing)
+        survivors = sorted(s.get("survivors") or [], key=lambda v: v.get("kind") != "test gap")
+        out[s["id"]] = {
+            "score": s.get("score"),
+            "killed": s.get("killed", 0),
+            "survived": s.get("survived", 0),
+            "survivor": survivors[0] if survivors else None,
+        }
+    return out
 
 
 def _json_block(element_id: str, data: Any, kind: str = "application/json") -> str:
@@ -427,10 +461,16 @@ def render(data: dict[str, Any]) -> str:
 
 
 def write(
-    paths: Iterable[Path], out: Path, *, published: Iterable[Path] = (), title: str = ""
+    paths: Iterable[Path],
+    out: Path,
+    *,
+    published: Iterable[Path] = (),
+    title: str = "",
+    subset: Subset | None = None,
+    strength: dict[str, Any] | None = None,
 ) -> Path:
     """Build and write the report; its path."""
-    data = build(paths, published=published, title=title)
+    data = build(paths, published=published, title=title, subset=subset, strength=strength)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".partial")
     tmp.write_text(render(data), encoding="utf-8")

@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from rcb_env.results.records import EpisodeRecord, final_records, read_records
+from rcb_env.task.selection import Subset
 
 
 class Rates(BaseModel):
@@ -68,6 +69,19 @@ class Totals(BaseModel):
     """Each benchmark of a combined run, with its own denominators."""
 
 
+class SubsetRates(BaseModel):
+    """The rates on a named subset of the snippets (e.g. ``verified``), beside the full ones."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    snippets: int
+    """Snippets of the subset among this run's scored episodes (sample 0)."""
+    of: int
+    """Snippets in the subset."""
+    rates: Rates | None
+
+
 class Summary(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -88,6 +102,8 @@ class Summary(BaseModel):
     parts: tuple[Summary, ...] = ()
     """A combined run: the summary of each benchmark on its own (its runnable set and its full
     denominators)."""
+    subset: SubsetRates | None = None
+    """The same rates on a named subset, when one was asked for (``--subset verified``)."""
 
 
 def _aggregate(
@@ -144,7 +160,10 @@ def _full_rates(by_sample: dict[int, list[EpisodeRecord]], totals: Totals) -> Ra
     return _aggregate(scaled, plain, passed, passed_w, totals.snippets, totals.weight)
 
 
-def summarize(records: list[EpisodeRecord], totals: Totals | None = None) -> Summary:
+def summarize(
+    records: list[EpisodeRecord], totals: Totals | None = None, subset: Subset | None = None
+) -> Summary:
+    """The rates of ``records``; with ``subset``, also on its snippets alone."""
     final = list(final_records(records).values())
     overall: dict[int, list[EpisodeRecord]] = defaultdict(list)
     papers: dict[str, dict[int, list[EpisodeRecord]]] = defaultdict(lambda: defaultdict(list))
@@ -172,10 +191,23 @@ def summarize(records: list[EpisodeRecord], totals: Totals | None = None) -> Sum
         totals=totals,
         full=_full_rates(overall, totals) if totals is not None else None,
         parts=parts,
+        subset=_subset_rates(final, subset) if subset is not None else None,
     )
 
 
-def summarize_run(run_dir: Path) -> Summary:
+def _subset_rates(final: list[EpisodeRecord], subset: Subset) -> SubsetRates:
+    ids = subset.ids
+    by_sample: dict[int, list[EpisodeRecord]] = defaultdict(list)
+    for r in final:
+        if r.snippet_id in ids:
+            by_sample[r.sample].append(r)
+    rates = _rates(by_sample)
+    return SubsetRates(
+        name=subset.name, snippets=rates.snippets if rates else 0, of=len(ids), rates=rates
+    )
+
+
+def summarize_run(run_dir: Path, subset: Subset | None = None) -> Summary:
     """The summary of a run folder: its final records, and the full benchmark's totals from
     its ``run.json`` when it recorded them."""
     totals = None
@@ -184,4 +216,4 @@ def summarize_run(run_dir: Path) -> Summary:
         data = json.loads(manifest.read_text())
         if data.get("benchmark"):
             totals = Totals.model_validate(data["benchmark"])
-    return summarize(read_records(run_dir / "episodes.jsonl"), totals)
+    return summarize(read_records(run_dir / "episodes.jsonl"), totals, subset)

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from rcb_env.grading.grader import GradingConfig
     from rcb_env.grading.models import GradeResult
     from rcb_env.validation.audit import Finding
+    from rcb_env.validation.strength import Case, GradeAll
 
 RESOURCE = "rcb_sandbox"
 #: Seconds a job may take per episode beyond its own budgets before the driver's watchdog ends
@@ -730,3 +731,47 @@ def grade_on_ray(
     with RayDispatcher(None) as dispatcher:
         graded = dispatcher.results(jobs)
     return [GradeResult.model_validate(r) for r in graded]
+
+
+def mutants_on_ray(
+    where: str, sandbox: SandboxConfig, grading: GradingConfig, *, warm: bool = False
+) -> GradeAll:
+    """A way to grade mutants (``validate --mutants --ray``; connect first): each mutant a
+    grading job on a node, its verdict streamed back as it comes; a job that fails for good is
+    an infrastructure verdict (excluded from the score, never counted as killed)."""
+    from rcb_env.grading.models import FailureKind, GradeResult, Outcome
+
+    def grade_all(cases: Sequence[Case], done: Callable[[Case, GradeResult], None]) -> None:
+        jobs = [
+            _Grading(
+                TaskRef(where, None, c.paper.id, c.snippet.name, task_hash(c.snippet)),
+                i,
+                c.mutant.body,
+                sandbox,
+                grading,
+            )
+            for i, c in enumerate(cases)
+        ]
+        case_of = {job.key: c for job, c in zip(jobs, cases, strict=True)}
+
+        def failed(job: _Grading, why: str) -> None:
+            c = case_of[job.key]
+            done(
+                c,
+                GradeResult(
+                    snippet_id=c.snippet.id,
+                    outcome=Outcome.INFRA_ERROR,
+                    kind=FailureKind.SANDBOX,
+                    detail=f"the Ray job failed: {why}",
+                    official_pass=False,
+                ),
+            )
+
+        with RayDispatcher(None, warm=warm) as dispatcher:
+            dispatcher.run(
+                jobs,
+                lambda job, result: done(case_of[job.key], GradeResult.model_validate(result)),
+                failed,
+            )
+
+    return grade_all

@@ -39,6 +39,8 @@ class RunSpec(Frozen):
     """Benchmarks by name or folder (none: the bundled tasks)."""
     papers: tuple[str, ...] = ()
     snippets: tuple[str, ...] = ()
+    subset: str | None = None
+    """Only the snippets of this named subset (``verified``) or subset file."""
     jobs: int = Field(default=1, ge=1)
     samples: int = Field(default=1, ge=1)
     sandbox: str = "auto"

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
+from pydantic import ValidationError
+
+from rcb_env._common import Frozen
 from rcb_env.errors import ConfigError
 from rcb_env.task.models import DateField, Pset, PsetPart
 
@@ -84,3 +88,73 @@ def combine(psets: list[Pset]) -> Pset:
         failures=tuple(f for p in psets for f in p.failures),
         parts=tuple(parts),
     )
+
+
+VERIFIED_THRESHOLD = 0.8
+"""The least mutation score of a snippet of the verified subset (docs/test-strength.md says
+why)."""
+
+SUBSET_SCHEMA = "rcb-env/subset/1"
+_SUBSETS = Path(__file__).parent / "subsets"
+
+
+class SubsetEntry(Frozen):
+    id: str
+    """``<paper>/<snippet>``."""
+    score: float
+    """Its mutation score when the subset was made."""
+    killed: int
+    survived: int
+
+
+class Subset(Frozen):
+    """A named selection of snippets, stored as data with what made it."""
+
+    schema_version: str = SUBSET_SCHEMA
+    name: str
+    rcb_env_version: str
+    """The rcb-env that measured the scores."""
+    criteria: str
+    """In words: what a snippet needed to be in it."""
+    threshold: float
+    seed: int
+    cap: int | None
+    snippets: tuple[SubsetEntry, ...]
+
+    @property
+    def ids(self) -> frozenset[str]:
+        return frozenset(s.id for s in self.snippets)
+
+
+def subset_names() -> list[str]:
+    """The subsets shipped with rcb-env."""
+    return sorted(p.stem for p in _SUBSETS.glob("*.json"))
+
+
+def load_subset(name: str) -> Subset:
+    """A shipped subset by name (``verified``), or a subset file by path.
+
+    Raises:
+        ConfigError: no such subset, or the file is not one.
+    """
+    path = Path(name)
+    if not path.is_file():
+        path = _SUBSETS / f"{name}.json"
+    if not path.is_file():
+        known = ", ".join(subset_names()) or "none"
+        raise ConfigError(f"no subset named {name!r} (shipped: {known}; or give a file)")
+    try:
+        return Subset.model_validate_json(path.read_text())
+    except ValidationError as exc:
+        raise ConfigError(f"{path} is not a subset file: {exc}") from exc
+
+
+def select_subset(pset: Pset, subset: Subset) -> Pset:
+    """Only the snippets of ``subset``; papers left without one drop out."""
+    ids = subset.ids
+    papers = []
+    for p in pset.papers:
+        kept = tuple(s for s in p.snippets if s.id in ids)
+        if kept:
+            papers.append(p.model_copy(update={"snippets": kept}))
+    return pset.model_copy(update={"papers": tuple(papers)})

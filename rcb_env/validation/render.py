@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from rcb_env.validation.strength import StrengthReport
 from rcb_env.validation.validate import Status, ValidationReport
 
 
@@ -78,3 +79,47 @@ def print_validation(out: Console, report: ValidationReport, root_label: str) ->
         )
     for f in report.load_failures:
         out.print(f"[red]load error[/red] {f.paper}: {f.message}", highlight=False, soft_wrap=True)
+
+
+def print_strength(out: Console, report: StrengthReport, root_label: str, worst: int = 10) -> None:
+    """Per paper: mutants killed and survived and the line-weighted score; then the weakest
+    snippets, each with one surviving mutant's diff."""
+    table = Table(title=f"Mutation scores of {root_label} (seed {report.seed}, cap {report.cap})")
+    table.add_column("paper", no_wrap=True)
+    for col in ("snippets", "scored", "killed", "survived", "score"):
+        table.add_column(col, justify="right")
+    for p in (*report.papers, report.total):
+        if p is report.total:
+            table.add_section()
+        table.add_row(
+            p.id,
+            str(p.snippets),
+            str(p.scored),
+            str(p.killed),
+            str(p.survived),
+            "-" if p.score is None else f"{p.score:.1%}",
+        )
+    out.print(table)
+    excluded = sum(s.excluded for s in report.snippets)
+    if excluded:
+        out.print(f"{excluded} mutants excluded: their grading failed for infrastructure reasons")
+    weakest = sorted(
+        (s for s in report.snippets if s.score is not None and s.survivors),
+        key=lambda s: (s.score or 0.0, -s.weight),
+    )[:worst]
+    for s in weakest:
+        one = next((v for v in s.survivors if v.kind == "test gap"), s.survivors[0])
+        kinds = (
+            f" ({s.test_gaps} test gaps, {s.possibly_equivalent} possibly equivalent)"
+            if s.test_gaps is not None
+            else ""
+        )
+        out.print(
+            f"[yellow]{s.id}[/yellow]: {s.killed}/{s.killed + s.survived} killed "
+            f"({s.score:.0%}){kinds}; survived: {one.operator}, {one.description}"
+            + (f" [{one.kind}]" if one.kind else ""),
+            highlight=False,
+            soft_wrap=True,
+        )
+        out.print(one.diff.rstrip(), highlight=False, markup=False, soft_wrap=True)
+    out.print(f"wall time {report.wall_s:.0f} s")

@@ -36,18 +36,21 @@
   // ---- leaderboard -------------------------------------------------------------------------
   const ci = (r, key) => (r && r[key] ? `[${fmt(r[key][0])}, ${fmt(r[key][1])}]` : "–");
   const tied = (r) => r.neighbours.filter((n) => n.tied).map((n) => "#" + runs[n.run].rank).join(", ");
+  // the leaderboard's rates: the runnable set, or (switched) the named subset's snippets
+  let onSubset = false;
+  const rated = (r) => (onSubset ? r.subset : r.runnable);
   const columns = [
     ["run", (r) => r.id, "text"],
     ["agent", (r) => r.label, "text"],
-    ["scaled % (runnable)", (r) => r.runnable && r.runnable.scaled, "scaled", (r) => pm(r.runnable, "scaled")],
-    ["scaled 95% CI", (r) => r.runnable && r.runnable.scaled_ci && r.runnable.scaled_ci[0], "ci scaled-ci", (r) => ci(r.runnable, "scaled_ci")],
+    [() => (onSubset ? `scaled % (${D.subset.name})` : "scaled % (runnable)"), (r) => rated(r) && rated(r).scaled, "scaled", (r) => pm(rated(r), "scaled")],
+    ["scaled 95% CI", (r) => rated(r) && rated(r).scaled_ci && rated(r).scaled_ci[0], "ci scaled-ci", (r) => ci(rated(r), "scaled_ci")],
     ["rank", (r) => r.rank, "rank"],
     ["tied with", (r) => tied(r), "text tied", (r) => (tied(r) ? "≈ " + tied(r) : "")],
-    ["plain % (runnable)", (r) => r.runnable && r.runnable.plain, "plain", (r) => pm(r.runnable, "plain")],
-    ["plain 95% CI", (r) => r.runnable && r.runnable.plain_ci && r.runnable.plain_ci[0], "ci plain-ci", (r) => ci(r.runnable, "plain_ci")],
+    [() => (onSubset ? `plain % (${D.subset.name})` : "plain % (runnable)"), (r) => rated(r) && rated(r).plain, "plain", (r) => pm(rated(r), "plain")],
+    ["plain 95% CI", (r) => rated(r) && rated(r).plain_ci && rated(r).plain_ci[0], "ci plain-ci", (r) => ci(rated(r), "plain_ci")],
     ["scaled % (full)", (r) => r.full && r.full.scaled, "full-scaled", (r) => fmt(r.full && r.full.scaled)],
     ["plain % (full)", (r) => r.full && r.full.plain, "full-plain", (r) => fmt(r.full && r.full.plain)],
-    ["snippets", (r) => r.runnable && r.runnable.snippets, "snippets", (r) => (r.runnable ? r.runnable.snippets : "–") + (r.full_snippets ? " / " + r.full_snippets : "")],
+    ["snippets", (r) => rated(r) && rated(r).snippets, "snippets", (r) => (rated(r) ? rated(r).snippets : "–") + (r.full_snippets ? " / " + r.full_snippets : "")],
     ["samples", (r) => r.samples, "samples"],
     ["tokens", (r) => r.tokens, "tokens"],
     ["cost $", (r) => r.cost, "cost", (r) => fmt(r.cost, 4)],
@@ -67,7 +70,7 @@
     const thead = $("leaderboard").tHead, tbody = $("leaderboard").tBodies[0];
     thead.replaceChildren(el("tr", {}, columns.map(([name, , cls], i) =>
       el("th", { class: `${cls.split(" ")[0] === "text" ? "text " : ""}${i === sortBy ? "sorted" + (ascending ? " asc" : "") : ""}`,
-        onclick: () => { ascending = sortBy === i ? !ascending : false; sortBy = i; renderBoard(); } }, name))));
+        onclick: () => { ascending = sortBy === i ? !ascending : false; sortBy = i; renderBoard(); } }, typeof name === "function" ? name() : name))));
     const key = columns[sortBy][1];
     const order = runs.map((r, i) => i).sort((a, b) => {
       const x = key(runs[a]), y = key(runs[b]);
@@ -100,7 +103,12 @@
       `95% CI: paper-clustered bootstrap (${D.bootstrap.resamples} resamples, seed ${D.bootstrap.seed}). ` +
       "Rank: by scaled rate; tied with: the rank of a neighbour in that ranking from which the run does not differ at the 5% level (paired by snippet, two-sided bootstrap p ≥ 0.05; hover for the difference and p). " +
       (pub ? `${pub} published row(s): the paper's results (greedy, one sample), their runnable rate on the snippets run here. ` : "") +
+      (onSubset ? `Rates on the ${D.subset.name} subset: ${D.subset.criteria} (${D.subset.snippets} snippets); intervals and ranks are the runnable set's. ` : "") +
       "Click a header to sort.";
+  }
+  if (D.subset) {
+    const box = el("input", { type: "checkbox", id: "board-subset", onchange: (ev) => { onSubset = ev.target.checked; renderBoard(); } });
+    $("board-note").before(el("label", { class: "note" }, box, ` ${D.subset.name} subset only`));
   }
 
   // ---- plots -------------------------------------------------------------------------------
@@ -225,6 +233,18 @@
   }
 
   // ---- item view ---------------------------------------------------------------------------
+  const strengthOf = {};
+  for (const s of D.snippets) if (s.strength) strengthOf[s.id] = s.strength;
+  function strengthText(t) {
+    return t && t.score !== null && t.score !== undefined ? `${fmt(100 * t.score, 0)}% (${t.killed}/${t.killed + t.survived} killed)` : "–";
+  }
+  function strengthBox(id) {
+    const t = strengthOf[id];
+    if (!t) return null;
+    const parts = [el("p", { class: "strength" }, `Test strength: mutation score ${strengthText(t)}.`)];
+    if (t.survivor) parts.push(el("p", {}, `A mutant the test let through (${t.survivor.operator}: ${t.survivor.description}${t.survivor.kind ? "; " + t.survivor.kind : ""}):`), diff(t.survivor.diff));
+    return el("div", { class: "strength-box" }, parts);
+  }
   function renderItems() {
     const items = D.items || [];
     const count = (k) => items.filter((x) => x.kind === k).length;
@@ -233,7 +253,8 @@
     $("items").tBodies[0].replaceChildren(...items.map((x) => el("tr", { class: "item " + x.kind, "data-snippet": x.snippet },
       el("td", { class: "text" }, x.snippet), el("td", {}, x.weight ?? "–"),
       el("td", { class: "solve" }, fmt(x.solve_rate, 1), el("i", { class: "meter", style: `width:${Math.round(x.solve_rate * 0.6)}px` })),
-      el("td", {}, `${x.solved_by} / ${x.runs}`), el("td", { class: "text" }, x.kind === "separates" ? "separates runs" : x.kind + " solves it"))));
+      el("td", {}, `${x.solved_by} / ${x.runs}`), el("td", { class: "text" }, x.kind === "separates" ? "separates runs" : x.kind + " solves it"),
+      el("td", { class: "text mutation" }, strengthOf[x.snippet] ? el("details", {}, el("summary", {}, strengthText(strengthOf[x.snippet])), strengthBox(x.snippet)) : "–"))));
   }
 
   // ---- episode list ------------------------------------------------------------------------
@@ -320,6 +341,8 @@
     if (ep.infra_error) {
       body.push(el("div", { class: "infra-box", id: "infra" }, el("b", {}, `infrastructure error at stage ${ep.infra_error.stage}: `), `${ep.infra_error.type}: ${ep.infra_error.message}`));
     }
+    const tested = strengthBox(meta.snippet);
+    if (tested) body.push(el("h3", {}, "Test strength"), tested);
     body.push(el("h3", {}, "Task statement"), fold(statement, "the statement the agent saw (with the paper)"));
     body.push(el("h3", {}, `Steps (${ep.steps.length})`));
     for (const s of ep.steps) {
