@@ -24,6 +24,13 @@ class Registry(Generic[T]):
         with self._lock:
             self._classes[name] = cls
 
+    def unregister(self, name: str) -> None:
+        """Forget a registered class (a built-in name cannot be removed)."""
+        if name in self.builtin:
+            raise ConfigError(f"the built-in {self.what} {name!r} cannot be unregistered")
+        with self._lock:
+            self._classes.pop(name, None)
+
     def names(self) -> list[str]:
         """Built-in names first, then registered ones, in registration order."""
         with self._lock:

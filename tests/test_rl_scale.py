@@ -12,6 +12,7 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
@@ -24,7 +25,7 @@ from rcb_env.errors import SandboxError
 from rcb_env.grading import GradingConfig
 from rcb_env.integrations._session import COULD_NOT_START, FAILED
 from rcb_env.rl import shared
-from rcb_env.sandbox import SandboxConfig, register_backend
+from rcb_env.sandbox import SandboxConfig, register_backend, unregister_backend
 from rcb_env.sandbox.base import Sandbox
 from rcb_env.sandbox.bwrap import BwrapBackend
 from rcb_env.task.models import Paper
@@ -36,7 +37,6 @@ TASK = "adamw-warmup/bias correction"
 OTHER = "rmsnorm-swiglu/root mean square"
 
 
-@register_backend
 class FlakyBackend(BwrapBackend):
     """bwrap, except that the creations its class is told to fail raise a sandbox error (a full
     disk, a bad node)."""
@@ -49,6 +49,15 @@ class FlakyBackend(BwrapBackend):
         if FlakyBackend.plan and FlakyBackend.plan.pop(0):
             raise SandboxError("could not create the sandbox: no space left on device (test)")
         return super().create(template, paper)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _flaky_registered() -> Iterator[None]:
+    """Registered for this module's tests only: a backend left in the registry would change
+    what every later test in the worker sees (the list of backends, their options)."""
+    register_backend(FlakyBackend)
+    yield
+    unregister_backend(FlakyBackend.name)
 
 
 def _flaky() -> SandboxConfig:

@@ -25,6 +25,7 @@ from rcb_env.sandbox.backend import (
     backend_names,
     register_backend,
     resolve_backend,
+    unregister_backend,
 )
 from rcb_env.sandbox.base import (
     BackendName,
@@ -52,6 +53,7 @@ __all__ = [
     "register_backend",
     "resolve_backend",
     "sandbox_config",
+    "unregister_backend",
 ]
 
 

@@ -114,6 +114,12 @@ def register_backend(cls: B) -> B:
     return cls
 
 
+def unregister_backend(name: str) -> None:
+    """Remove a backend made available by :func:`register_backend` (a test's, say); built-in
+    backends stay."""
+    registry.backends.unregister(name)
+
+
 def brings_interpreter(name: str) -> bool:
     """Does the backend ``name`` run its own interpreter, so that no task environment of the
     host is needed? (``auto`` picks only backends that may run implicitly, which use the
