@@ -126,7 +126,10 @@ def _selection(spec: RunSpec) -> Pset:
     run records why too)."""
     loaded = _load(spec.pset, spec.papers, spec.snippets)
     _print_failures(loaded)
-    for u in runnable(loaded, interpreter_given=brings_interpreter(spec.sandbox))[1].unavailable:
+    left_out = runnable(
+        loaded, interpreter_given=brings_interpreter(spec.sandbox), sandbox=spec.sandbox_config()
+    )[1].unavailable
+    for u in left_out:
         what = f"{u.paper}/{u.snippet}" if u.snippet else u.paper
         err.print(f"left out {what}: {u.reason}", highlight=False, soft_wrap=True)
     return loaded

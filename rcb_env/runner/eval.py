@@ -34,7 +34,7 @@ from rcb_env.runner.episode import (
     run_episode,
     task_hash,
 )
-from rcb_env.sandbox import SandboxFactory
+from rcb_env.sandbox import SandboxConfig, SandboxFactory, backend_class
 from rcb_env.sandbox.registry import comparable
 from rcb_env.task.models import Paper, Pset, Snippet
 
@@ -61,12 +61,25 @@ def new_run_dir(runs_root: Path) -> Path:
     return runs_root / f"{stamp}-{secrets.token_hex(3)}"
 
 
-def runnable(pset: Pset, *, interpreter_given: bool = False) -> tuple[Pset, Totals]:
-    """The papers that can run in this installation (:func:`rcb_env.envs.availability`), and
-    the totals of the whole selection with what was left out and why."""
+def runnable(
+    pset: Pset, *, interpreter_given: bool = False, sandbox: SandboxConfig | None = None
+) -> tuple[Pset, Totals]:
+    """The papers that can run in this installation (:func:`rcb_env.envs.availability`) and,
+    given the run's ``sandbox``, on its backend (:meth:`Backend.unavailable`: e.g. a paper
+    without its Docker image), and the totals of the whole selection with what was left out
+    and why."""
     ready, left_out = [], []
+    backend = (
+        backend_class(sandbox.backend)
+        if sandbox is not None and sandbox.backend != "auto"
+        else None
+    )
     for paper in pset.papers:
         a = envs.availability(paper, interpreter_given=interpreter_given)
+        if a.status == "ready" and backend is not None and sandbox is not None:
+            reason = backend.unavailable(paper, sandbox)
+            if reason:
+                a = a.model_copy(update={"status": "unavailable", "reason": reason})
         if a.status == "ready":
             kept = tuple(s for s in paper.snippets if not s.unavailable)
             left_out += [
@@ -205,7 +218,7 @@ def _open_run(
             in a folder that holds one.
     """
     if only_ready:
-        pset, totals = runnable(pset, interpreter_given=names_interpreter(cfg))
+        pset, totals = runnable(pset, interpreter_given=names_interpreter(cfg), sandbox=cfg.sandbox)
     else:
         totals = _totals(pset, [])
     run_dir.mkdir(parents=True, exist_ok=True)
