@@ -530,6 +530,11 @@ class ImageInfo(Frozen):
     created: str
 
 
+def _ours(tag: str) -> bool:
+    """A tag of an image rcb-env built (an image built FROM one inherits its labels)."""
+    return tag.startswith((f"{REPOSITORY}-", f"{ENV_REPOSITORY}-"))
+
+
 def list_images(client: Any) -> list[ImageInfo]:
     """rcb-env's images on the engine, with their sizes."""
     shared: dict[str, int] = {}
@@ -539,7 +544,7 @@ def list_images(client: Any) -> list[ImageInfo]:
     found: list[ImageInfo] = []
     for image in client.images.list(filters={"label": LABEL}):
         labels = image.labels or {}
-        for tag in image.tags or [image.short_id]:
+        for tag in [t for t in image.tags if _ours(t)]:
             found.append(
                 ImageInfo(
                     tag=tag,
@@ -645,7 +650,7 @@ def gc_images(client: Any, keep: set[str]) -> list[str]:
     images.sort(key=lambda i: LABEL_PAPER not in (i.labels or {}))
     for image in images:
         tags = image.tags or [image.id]
-        if any(t in keep or t in keep_envs for t in tags):
+        if any(t in keep or t in keep_envs or not _ours(t) for t in image.tags):
             continue
         try:
             client.images.remove(image.id, force=True)
