@@ -188,7 +188,10 @@ def run_eval(
     # The agent is resolved first: a name that does not resolve is an error before anything of
     # a run exists on the disk.
     new_agent = make_agent or make_agent_factory(cfg, pset)
-    pset, run_id = _open_run(pset, cfg, run_dir, resume=resume, only_ready=only_ready)
+    # On Ray the nodes' engines hold the images, not the driver's: each node checks its own.
+    pset, run_id = _open_run(
+        pset, cfg, run_dir, resume=resume, only_ready=only_ready, here=ray_address is None
+    )
     todo = _pending(pset, cfg, run_dir / RECORDS)
     if on_plan is not None:
         on_plan(len(todo))
@@ -208,7 +211,7 @@ Item = tuple[Paper, Snippet, int]
 
 
 def _open_run(
-    pset: Pset, cfg: EvalConfig, run_dir: Path, *, resume: bool, only_ready: bool
+    pset: Pset, cfg: EvalConfig, run_dir: Path, *, resume: bool, only_ready: bool, here: bool
 ) -> tuple[Pset, str]:
     """The selection that runs here and the run's id: a new run's manifest written, or a
     resumed run's checked against this configuration and task set.
@@ -218,7 +221,8 @@ def _open_run(
             in a folder that holds one.
     """
     if only_ready:
-        pset, totals = runnable(pset, interpreter_given=names_interpreter(cfg), sandbox=cfg.sandbox)
+        sandbox = cfg.sandbox if here else None
+        pset, totals = runnable(pset, interpreter_given=names_interpreter(cfg), sandbox=sandbox)
     else:
         totals = _totals(pset, [])
     run_dir.mkdir(parents=True, exist_ok=True)
