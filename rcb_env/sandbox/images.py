@@ -272,12 +272,18 @@ def gather_wheels(
 
 
 def image_exists(client: Any, tag: str) -> bool:
+    """Is the image ``tag`` (a tag, an id, or ``name@sha256:...``) on the engine? A reference
+    the engine refuses as malformed is not there either."""
     import docker.errors
 
     try:
         client.images.get(tag)
     except docker.errors.ImageNotFound:
         return False
+    except docker.errors.APIError as exc:
+        if exc.is_client_error():
+            return False
+        raise
     return True
 
 
