@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install check test test-fast docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence harbor-published grpo-example bench-rl-scale first-observation strength bench-mutants clean
+.PHONY: install check test test-fast docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence harbor-published grpo-example bench-rl-scale first-observation strength bench-mutants published-docker clean
 
 install:
 	bash scripts/install.sh
@@ -50,6 +50,17 @@ published: install
 	$(BIN)/rcb-env eval --pset researchcodebench --agent oracle --jobs 2 --runs-dir runs/published-oracle
 	$(BIN)/rcb-env eval --pset researchcodebench --agent null --jobs 2 --runs-dir runs/published-null
 	$(BIN)/rcb-env audit --pset researchcodebench
+
+# The same in containers (after `make published`; not part of `make test`): one image per
+# runnable paper (RCB_DOCKER_BASE, RCB_WHEELS for an offline build; both remembered), then the
+# oracle, the null agent and the hidden-attack suite on docker, and the timing beside bwrap.
+published-docker: install
+	bash scripts/with-dockerd.sh $(BIN)/rcb-env images build --pset researchcodebench $(if $(RCB_DOCKER_BASE),--base $(RCB_DOCKER_BASE)) $(if $(RCB_WHEELS),--wheels $(RCB_WHEELS))
+	bash scripts/with-dockerd.sh $(BIN)/rcb-env eval --pset researchcodebench --agent oracle --sandbox docker --jobs 2 --runs-dir runs/published-docker-oracle
+	bash scripts/with-dockerd.sh $(BIN)/rcb-env eval --pset researchcodebench --agent null --sandbox docker --jobs 2 --runs-dir runs/published-docker-null
+	bash scripts/with-dockerd.sh $(BIN)/rcb-env images build
+	bash scripts/with-dockerd.sh $(BIN)/rcb-env hacks --sandbox docker
+	bash scripts/with-dockerd.sh $(BIN)/python -m benchmarks.bench_images
 
 bench-ray: install
 	$(BIN)/python -m benchmarks.bench_ray

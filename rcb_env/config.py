@@ -7,10 +7,15 @@ Variables (all optional):
 - ``RCB_TASK_PYTHON``: the interpreter that runs the tasks' test files (overrides the task venv).
 - ``RCB_SCRATCH_DIR``: where workspaces and grading copies are made (default: ``/dev/shm``).
 - ``RCB_DOCKER_BASE``: the base image of the per-paper Docker images.
+- ``RCB_SETTINGS_FILE``: the settings file (default ``$RCB_ENV_HOME/settings.json``).
+
+Choices remembered across commands (``rcb-env images build --base`` records the base image) live
+in the settings file; a variable above overrides the file.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -38,6 +43,8 @@ class Settings(BaseSettings):
     """``RCB_SCRATCH_DIR``."""
     docker_base: str = DEFAULT_DOCKER_BASE
     """``RCB_DOCKER_BASE``."""
+    settings_file: Path | None = None
+    """``RCB_SETTINGS_FILE``."""
 
 
 def settings() -> Settings:
@@ -75,6 +82,36 @@ def scratch_dir() -> Path:
     return Path(tempfile.gettempdir())
 
 
+def settings_file() -> Path:
+    """The file of remembered choices (JSON object; written by :func:`remember`)."""
+    explicit = settings().settings_file
+    return explicit if explicit is not None and str(explicit) else rcb_home() / "settings.json"
+
+
+def remembered() -> dict[str, str]:
+    """The choices in :func:`settings_file` ({} when there is none or it is unreadable)."""
+    try:
+        data = json.loads(settings_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def remember(key: str, value: str) -> None:
+    """Record a choice in :func:`settings_file` (atomically; other keys kept)."""
+    path = settings_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = remembered()
+    data[key] = value
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
 def docker_base() -> str:
-    """The base image of the per-paper images (``RCB_DOCKER_BASE`` or ``python:3.11-slim``)."""
-    return settings().docker_base
+    """The base image of the per-paper images: ``RCB_DOCKER_BASE``, else the one remembered by
+    ``rcb-env images build --base``, else ``python:3.11-slim``."""
+    current = settings()
+    if "docker_base" in current.model_fields_set:
+        return current.docker_base
+    return remembered().get("docker_base", current.docker_base)

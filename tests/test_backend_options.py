@@ -40,7 +40,7 @@ def test_docker_options_validate_into_the_docker_model() -> None:
     assert isinstance(options, DockerOptions)
     assert options.pool_size == 2
     assert options.docker_base == config.docker_base()  # the default, filled in
-    assert cfg.options == {"docker_base": config.docker_base(), "pool_size": 2}
+    assert cfg.options == {"docker_base": config.docker_base(), "pool_size": 2, "images": {}}
 
 
 def test_a_setting_the_backend_does_not_have_is_an_error_naming_the_backend() -> None:
@@ -48,7 +48,7 @@ def test_a_setting_the_backend_does_not_have_is_an_error_naming_the_backend() ->
         SandboxConfig(backend="docker", options={"cgroup_limits": "off"})
     message = str(caught.value)
     assert "the docker backend has no option 'cgroup_limits'" in message
-    assert "its options: docker_base, pool_size" in message
+    assert "its options: docker_base, pool_size, images" in message
     assert "cgroup_limits is a bwrap option" in message
     with pytest.raises(ValidationError, match="the bwrap backend has no option 'no_such'"):
         SandboxConfig(backend="bwrap", options={"no_such": 1})
@@ -140,7 +140,7 @@ def test_bwrap_options_reach_its_executors_with_the_papers_asset_cache(
 
 def test_the_command_line_and_run_files_fill_the_backends_options(tmp_path: Path) -> None:
     docker = _sandbox_config("docker", "my/base:1", pool=2)
-    assert docker.options == {"docker_base": "my/base:1", "pool_size": 2}
+    assert docker.options == {"docker_base": "my/base:1", "pool_size": 2, "images": {}}
     assert _sandbox_config("bwrap", None, cgroup_limits="off").options["cgroup_limits"] == "off"
     assert _sandbox_config("auto", None).options == {}
     assert not _sandbox_config("auto", None, grading="cold").warm_grading
@@ -153,6 +153,7 @@ def test_the_command_line_and_run_files_fill_the_backends_options(tmp_path: Path
     assert RunSpec.load(run_file).sandbox_config().options == {
         "docker_base": "my/base:1",
         "pool_size": 3,
+        "images": {},
     }
     run_file.write_text("agent: oracle\nsandbox: bwrap\ncgroup_limits: best-effort\n")
     spec = RunSpec.load(run_file)

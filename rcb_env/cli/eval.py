@@ -131,7 +131,12 @@ def _selection(spec: RunSpec) -> Pset:
     if spec.subset is not None:
         loaded = select_subset(loaded, load_subset(spec.subset))
     _print_failures(loaded)
-    for u in runnable(loaded, interpreter_given=brings_interpreter(spec.sandbox))[1].unavailable:
+    # On Ray the nodes' engines hold the images: the run's nodes check their own.
+    here = spec.sandbox_config() if spec.ray_address is None else None
+    left_out = runnable(loaded, interpreter_given=brings_interpreter(spec.sandbox), sandbox=here)[
+        1
+    ].unavailable
+    for u in left_out:
         what = f"{u.paper}/{u.snippet}" if u.snippet else u.paper
         err.print(f"left out {what}: {u.reason}", highlight=False, soft_wrap=True)
     return loaded

@@ -34,7 +34,7 @@ from rcb_env.runner.episode import (
     run_episode,
     task_hash,
 )
-from rcb_env.sandbox import SandboxFactory
+from rcb_env.sandbox import SandboxConfig, SandboxFactory, backend_class
 from rcb_env.sandbox.registry import comparable
 from rcb_env.task.models import Paper, Pset, Snippet
 
@@ -61,12 +61,25 @@ def new_run_dir(runs_root: Path) -> Path:
     return runs_root / f"{stamp}-{secrets.token_hex(3)}"
 
 
-def runnable(pset: Pset, *, interpreter_given: bool = False) -> tuple[Pset, Totals]:
-    """The papers that can run in this installation (:func:`rcb_env.envs.availability`), and
-    the totals of the whole selection with what was left out and why."""
+def runnable(
+    pset: Pset, *, interpreter_given: bool = False, sandbox: SandboxConfig | None = None
+) -> tuple[Pset, Totals]:
+    """The papers that can run in this installation (:func:`rcb_env.envs.availability`) and,
+    given the run's ``sandbox``, on its backend (:meth:`Backend.unavailable`: e.g. a paper
+    without its Docker image), and the totals of the whole selection with what was left out
+    and why."""
     ready, left_out = [], []
+    backend = (
+        backend_class(sandbox.backend)
+        if sandbox is not None and sandbox.backend != "auto"
+        else None
+    )
     for paper in pset.papers:
         a = envs.availability(paper, interpreter_given=interpreter_given)
+        if a.status == "ready" and backend is not None and sandbox is not None:
+            reason = backend.unavailable(paper, sandbox)
+            if reason:
+                a = a.model_copy(update={"status": "unavailable", "reason": reason})
         if a.status == "ready":
             kept = tuple(s for s in paper.snippets if not s.unavailable)
             left_out += [
@@ -175,7 +188,10 @@ def run_eval(
     # The agent is resolved first: a name that does not resolve is an error before anything of
     # a run exists on the disk.
     new_agent = make_agent or make_agent_factory(cfg, pset)
-    pset, run_id = _open_run(pset, cfg, run_dir, resume=resume, only_ready=only_ready)
+    # On Ray the nodes' engines hold the images, not the driver's: each node checks its own.
+    pset, run_id = _open_run(
+        pset, cfg, run_dir, resume=resume, only_ready=only_ready, here=ray_address is None
+    )
     todo = _pending(pset, cfg, run_dir / RECORDS)
     if on_plan is not None:
         on_plan(len(todo))
@@ -195,7 +211,7 @@ Item = tuple[Paper, Snippet, int]
 
 
 def _open_run(
-    pset: Pset, cfg: EvalConfig, run_dir: Path, *, resume: bool, only_ready: bool
+    pset: Pset, cfg: EvalConfig, run_dir: Path, *, resume: bool, only_ready: bool, here: bool
 ) -> tuple[Pset, str]:
     """The selection that runs here and the run's id: a new run's manifest written, or a
     resumed run's checked against this configuration and task set.
@@ -205,7 +221,8 @@ def _open_run(
             in a folder that holds one.
     """
     if only_ready:
-        pset, totals = runnable(pset, interpreter_given=names_interpreter(cfg))
+        sandbox = cfg.sandbox if here else None
+        pset, totals = runnable(pset, interpreter_given=names_interpreter(cfg), sandbox=sandbox)
     else:
         totals = _totals(pset, [])
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -59,6 +59,13 @@ class Backend(ABC):
     def probe(cls) -> str | None:
         """Why this backend cannot run on this machine, or None if it can."""
 
+    @classmethod
+    def unavailable(cls, paper: Paper, config: SandboxConfig) -> str | None:  # noqa: ARG003
+        """Why ``paper`` cannot run on this backend here although the installation has what
+        it needs (docker: its image is not built), or None. Such a paper is left out of a
+        run's runnable set and listed, never a failure mid-run."""
+        return None
+
     @abstractmethod
     def create(self, template: Path, paper: Paper) -> Sandbox:
         """A sandbox (not yet started) on a copy of ``template`` for one of ``paper``'s

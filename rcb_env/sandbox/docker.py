@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rcb_env import config as settings
 from rcb_env._common import truncate
 from rcb_env.errors import SandboxError
+from rcb_env.sandbox import registry
 from rcb_env.sandbox.backend import Backend
 from rcb_env.sandbox.base import (
     ExecResult,
@@ -88,6 +89,10 @@ class DockerOptions(BaseModel):
     """The base the paper images were built from (part of their tag)."""
     pool_size: int = 0
     """Started containers kept ready per image, so an episode does not wait for one."""
+    images: dict[str, str] = Field(default_factory=dict)
+    """Paper id -> the image to use instead of the built one's tag: a tag, an image id
+    (``sha256:...``) or a reference by digest (``name@sha256:...``), e.g. an image pulled from
+    a registry or loaded from an archive."""
 
 
 class DockerSandbox(Sandbox):
@@ -385,6 +390,24 @@ class DockerBackend(Backend):
     def environment_key(self, paper: Paper) -> str | None:
         return self.image(paper)
 
+    @classmethod
+    def unavailable(cls, paper: Paper, config: SandboxConfig) -> str | None:
+        from rcb_env.sandbox import images
+
+        options = registry.check_options(cls.name, cls.options_model, config.options)
+        assert isinstance(options, DockerOptions)
+        given = options.images.get(paper.id)
+        tag = given or images.image_tag(paper, images.ImageConfig(base=options.docker_base))
+        engine = client()
+        try:
+            if images.image_exists(engine, tag):
+                return None
+        finally:
+            engine.close()
+        if given:
+            return f"its image {given} (the docker option `images`) is not on the engine"
+        return f"its image {tag} is not built (rcb-env images build --base {options.docker_base})"
+
     def image(self, paper: Paper) -> str:
         """The paper's image tag, which must have been built.
 
@@ -396,7 +419,9 @@ class DockerBackend(Backend):
         with self._lock:
             if paper.id in self._images:
                 return self._images[paper.id]
-        tag = images.image_tag(paper, images.ImageConfig(base=self.options.docker_base))
+        tag = self.options.images.get(paper.id) or images.image_tag(
+            paper, images.ImageConfig(base=self.options.docker_base)
+        )
         if not images.image_exists(self._docker, tag):
             raise SandboxError(
                 f"no image {tag} for paper {paper.id}: run `rcb-env images build"
