@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -15,12 +16,13 @@ import pytest
 from rcb_env import config
 from rcb_env.results import read_records, summarize
 from rcb_env.sandbox import SandboxConfig, SandboxFactory, docker, images
+from rcb_env.sandbox.docker_engine import LABEL_ROLE
 from rcb_env.sandbox.images import LABEL
 from rcb_env.task import bundled_root, load
 
 
 def _ours(engine: Any) -> list[dict[str, Any]]:
-    return docker.list_containers(engine, LABEL)
+    return docker.list_containers(engine, LABEL_ROLE)
 
 
 def test_image_has_the_interpreter_and_deps_but_no_task_files(docker_images: str) -> None:
@@ -63,6 +65,27 @@ def test_missing_image_is_a_clear_error(docker_images: str) -> None:
             f.create(paper, paper.snippets[0])
     finally:
         f.close()
+
+
+def test_containers_of_images_built_from_a_paper_image_are_not_ours(docker_images: str) -> None:
+    """A Harbor task's image is built FROM a paper image and inherits its labels: its containers
+    are someone else's, never listed as rcb-env's leftovers nor removed by the clean-up."""
+    engine = docker.client()
+    paper = load(bundled_root()).paper("adamw-warmup")
+    parent = images.image_tag(paper, images.ImageConfig(base=docker_images))
+    child = "rcb-env-test/from-a-paper-image:1"
+    engine.images.build(
+        fileobj=io.BytesIO(f"FROM {parent}\nRUN true\n".encode()), tag=child, rm=True
+    )
+    container = engine.containers.create(child, command=["true"])
+    try:
+        assert images.LABEL in (engine.images.get(child).labels or {})  # inherited
+        assert container.id not in {c["Id"] for c in _ours(engine)}
+        docker.gc_containers(engine, everything=True)
+        container.reload()  # still there
+    finally:
+        container.remove(force=True)
+        engine.images.remove(child, force=True)
 
 
 def test_warm_pool_hands_out_started_containers(docker_images: str) -> None:

@@ -138,10 +138,12 @@ def remove_leftovers() -> int:
         return len(_unremoved)
 
 
-def list_containers(docker: Any, label: str = LABEL) -> list[dict[str, Any]]:
+def list_containers(docker: Any, label: str = LABEL_ROLE) -> list[dict[str, Any]]:
     """Containers with ``label`` (``key`` or ``key=value``), running or not, as the engine's list
     answers them (``Id``, ``Labels``, ``State``): one call, so a container that another process
-    removes meanwhile cannot fail it, as the SDK's per-container inspect would."""
+    removes meanwhile cannot fail it, as the SDK's per-container inspect would. The default,
+    the role label, is set only on containers rcb-env starts: a container of an image built
+    FROM a paper image (a Harbor task's) inherits the image's labels, never this one."""
     with docker_errors("listing containers"):
         found: list[dict[str, Any]] = docker.api.containers(all=True, filters={"label": label})
     return found
