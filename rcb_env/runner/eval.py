@@ -34,7 +34,8 @@ from rcb_env.runner.episode import (
     run_episode,
     task_hash,
 )
-from rcb_env.sandbox import SandboxConfig, SandboxFactory, backend_class
+from rcb_env.sandbox import SandboxConfig, SandboxFactory
+from rcb_env.sandbox.backend import unavailable_on
 from rcb_env.sandbox.registry import comparable
 from rcb_env.task.models import Paper, Pset, Snippet
 
@@ -69,15 +70,10 @@ def runnable(
     without its Docker image), and the totals of the whole selection with what was left out
     and why."""
     ready, left_out = [], []
-    backend = (
-        backend_class(sandbox.backend)
-        if sandbox is not None and sandbox.backend != "auto"
-        else None
-    )
     for paper in pset.papers:
         a = envs.availability(paper, interpreter_given=interpreter_given)
-        if a.status == "ready" and backend is not None and sandbox is not None:
-            reason = backend.unavailable(paper, sandbox)
+        if a.status == "ready" and sandbox is not None:
+            reason = unavailable_on(sandbox, paper)
             if reason:
                 a = a.model_copy(update={"status": "unavailable", "reason": reason})
         if a.status == "ready":

@@ -127,6 +127,14 @@ def unregister_backend(name: str) -> None:
     registry.backends.unregister(name)
 
 
+def unavailable_on(config: SandboxConfig, paper: Paper) -> str | None:
+    """Why ``paper`` cannot run on the backend ``config`` names (:meth:`Backend.unavailable`),
+    or None; ``auto`` picks a backend that runs on the host's environments (nothing more to
+    check)."""
+    name = config.backend
+    return None if name == "auto" else backend_class(name).unavailable(paper, config)
+
+
 def brings_interpreter(name: str) -> bool:
     """Does the backend ``name`` run its own interpreter, so that no task environment of the
     host is needed? (``auto`` picks only backends that may run implicitly, which use the
