@@ -2,12 +2,15 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install check test test-fast docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence harbor-published grpo-example bench-rl-scale first-observation strength bench-mutants published-docker clean
+.PHONY: install check static test pytest test-fast docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence harbor-published grpo-example bench-rl-scale first-observation strength bench-mutants published-docker clean
 
 install:
 	bash scripts/install.sh
 
 check: install
+	$(MAKE) --no-print-directory static
+
+static:
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -15,12 +18,18 @@ check: install
 	@site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT && \
 		NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir "$$site"
 
+# The static checks and the tests at the same time (both must pass; the tests mostly wait on
+# sandboxes, engines and clusters, so mypy costs them little).
+test: install
+	$(MAKE) --no-print-directory -j2 static pytest
+
 # The docker tests need an engine: scripts/with-dockerd.sh uses a running one or starts a private
-# one for the duration of the run (and stops it by its pid). Both cores: the Docker tests run on
-# one worker, the Ray tests on one worker, and a test marked `exclusive` while no other runs
-# (tests/conftest.py). The 25 slowest tests are listed at the end.
-test: check
-	bash scripts/with-dockerd.sh $(BIN)/pytest -n 2 --dist loadgroup --durations=25
+# one for the duration of the run (and stops it by its pid). Three workers on two cores (most
+# tests wait on subprocesses): the Docker tests run on one worker, the Ray tests on one worker,
+# and a test marked `exclusive` while no other runs (tests/conftest.py). The 25 slowest tests are
+# listed at the end.
+pytest:
+	bash scripts/with-dockerd.sh $(BIN)/pytest -n 3 --dist loadgroup --durations=25
 
 # The fast tier: pure logic and the in-package fake sandbox, no bubblewrap, Docker or long runs
 # (under a minute; runs on a machine without bwrap).

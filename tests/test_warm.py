@@ -85,13 +85,25 @@ def warm_process(grader: Grader, env_paper: Paper) -> WarmProcess:
     )
 
 
+BUNDLED = ("adamw-warmup", "rmsnorm-swiglu", "scaled-attention")
+
+
+def test_the_equivalence_check_covers_every_bundled_paper(tasks: Pset) -> None:
+    assert sorted(p.id for p in tasks.papers) == sorted(BUNDLED)
+    assert TARGET[0] in BUNDLED  # the hacks are candidates of the target snippet
+
+
+@pytest.mark.parametrize("paper_id", BUNDLED)  # a paper each: the cases spread over workers
 def test_every_bundled_snippet_and_every_hack_gets_the_cold_verdict_warm(
-    tasks: Pset, factories: tuple[SandboxFactory, SandboxFactory]
+    tasks: Pset, factories: tuple[SandboxFactory, SandboxFactory], paper_id: str
 ) -> None:
-    result = compare(tasks, SandboxConfig(backend="bwrap"), jobs=2, timeout_s=15)
+    paper = tasks.paper(paper_id)
+    one = tasks.model_copy(update={"papers": (paper,)})
+    result = compare(one, SandboxConfig(backend="bwrap"), jobs=2, timeout_s=15)
     assert result.differences == ()
     assert result.not_warm == {}
-    assert result.cases == 3 * len(tasks.snippets) + len(ATTACKS)
+    hacks = len(ATTACKS) if paper_id == TARGET[0] else 0
+    assert result.cases == 3 * len(paper.snippets) + hacks
 
 
 SIGNAL_EVERYTHING = f"""\
