@@ -40,7 +40,12 @@ def test_a_started_engine_serves_later_commands_until_stopped() -> None:
 
     def script(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            ["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=120
+            ["bash", str(SCRIPT), *args],
+            check=False,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
 
     try:
@@ -69,7 +74,12 @@ def test_a_started_engine_serves_later_commands_until_stopped() -> None:
             "print(os.environ['DOCKER_HOST'])\n"
         )
         found = subprocess.run(
-            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120
+            [sys.executable, "-c", probe],
+            check=False,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert found.returncode == 0, found.stderr
         assert found.stdout.splitlines()[-1] == f"unix://{run}/docker.sock"
