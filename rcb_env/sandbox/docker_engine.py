@@ -42,8 +42,18 @@ def docker_errors(what: str) -> Iterator[None]:
         raise SandboxError(f"docker: {what}: {exc}") from exc
 
 
+SYSTEM_SOCKET = "/var/run/docker.sock"
+
+
+def session_socket() -> str:
+    """The socket of the engine ``scripts/with-dockerd.sh start`` keeps running for a session
+    (in ``$RCB_DOCKERD_RUN``, default ``/run/rcb-env-dockerd``)."""
+    return os.path.join(os.environ.get("RCB_DOCKERD_RUN", "/run/rcb-env-dockerd"), "docker.sock")
+
+
 def client() -> Any:
-    """A Docker client for $DOCKER_HOST (or the default socket), checked with a ping.
+    """A Docker client for $DOCKER_HOST, else the system socket, else the engine that
+    ``scripts/with-dockerd.sh start`` started; checked with a ping.
 
     Raises:
         SandboxError: no engine answers.
@@ -51,6 +61,13 @@ def client() -> Any:
     import docker
 
     with docker_errors("no engine answers (is dockerd running? is DOCKER_HOST set?)"):
+        if (
+            "DOCKER_HOST" not in os.environ
+            and not os.path.exists(SYSTEM_SOCKET)
+            and os.path.exists(session_socket())
+        ):
+            # the docker command line that sandboxes run (docker exec) must reach it too
+            os.environ["DOCKER_HOST"] = f"unix://{session_socket()}"
         c = docker.from_env(timeout=120)
         c.ping()
         return c
