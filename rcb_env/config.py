@@ -9,8 +9,9 @@ Variables (all optional):
 - ``RCB_DOCKER_BASE``: the base image of the per-paper Docker images.
 - ``RCB_SETTINGS_FILE``: the settings file (default ``$RCB_ENV_HOME/settings.json``).
 
-Choices remembered across commands (``rcb-env images build --base`` records the base image) live
-in the settings file; a variable above overrides the file.
+Choices remembered across commands (``rcb-env images build --base`` records the base image,
+``--wheels`` the folder of wheels for offline builds) live in the settings file; a variable above
+overrides the file.
 """
 
 from __future__ import annotations
@@ -115,3 +116,10 @@ def docker_base() -> str:
     if "docker_base" in current.model_fields_set:
         return current.docker_base
     return remembered().get("docker_base", current.docker_base)
+
+
+def docker_wheels() -> Path | None:
+    """The folder of wheels for offline image builds remembered by ``rcb-env images build
+    --wheels`` (None: images are built with pip reaching an index)."""
+    folder = remembered().get("docker_wheels")
+    return Path(folder) if folder else None

@@ -4,6 +4,7 @@ every Ray process on the machine): each test starts its own Ray and shuts it dow
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -866,3 +867,101 @@ def test_mutants_graded_through_ray_get_the_canarys_known_verdicts(
     for r in records:
         assert r["status"] == ("survived" if r["description"] in survives else "killed"), r
     assert sum(s["killed"] + s["survived"] for s in doc["snippets"]) == 8
+
+
+def _docker_cfg(base: str) -> EvalConfig:
+    return EvalConfig(
+        agent="oracle",
+        sandbox=SandboxConfig(backend="docker", options={"docker_base": base}),
+        grading=GradingConfig(timeout_s=60),
+    )
+
+
+@pytest.fixture
+def node_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The Ray node's own settings file (its workers inherit the variable), empty at first."""
+    monkeypatch.setenv("RCB_SETTINGS_FILE", str(tmp_path / "node-settings.json"))
+    monkeypatch.delenv("RCB_DOCKER_BASE", raising=False)
+    return tmp_path / "node-settings.json"
+
+
+@pytest.mark.docker
+def test_a_node_without_the_papers_image_builds_it_and_checks_its_content_tag(
+    docker_images: str, node_settings: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two groups of adamw-warmup at once on a Ray node whose engine lacks the paper's image:
+    the node builds it (one build, the other group waits on the tag's lock), offline from its
+    own wheels folder, and both groups pass on it."""
+    import uuid
+
+    from rcb_env.sandbox import docker, images
+
+    engine = docker.client()
+    paper = load(bundled_root()).paper("adamw-warmup")
+    # The session's base image under a name of this test's own: the paper's content tag (the
+    # base's name is part of it) is one this engine has never built, and the build reuses the
+    # session build's layers (Docker's cache), so it takes seconds.
+    base = f"rcb-env/ray-node-base:{uuid.uuid4().hex[:10]}"
+    engine.images.get(docker_images).tag(*base.split(":"))
+    cfg = images.ImageConfig(base=base)
+    tag, env = images.image_tag(paper, cfg), images.env_tag(images.recipe(paper), cfg)
+    # The node's wheels folder (remembered by `images build --wheels`), resolved offline from
+    # the wheels the session's build gathered.
+    session_env = images.env_tag(images.recipe(paper), images.ImageConfig(base=docker_images))
+    folder = session_env.split("/", 1)[1].replace(":", "-")
+    gathered = config.rcb_home() / "cache" / "wheels" / folder
+    assert any(gathered.glob("*.whl")), gathered
+    config.remember("docker_wheels", str(tmp_path / "node-wheels"))
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(gathered))
+    try:
+        assert not images.image_exists(engine, tag)
+        t0 = time.monotonic()
+        summary = run_eval(_snippets(2), _docker_cfg(base), tmp_path / "run", jobs=2,
+                           ray_address="local", infra_retries=0)  # fmt: skip
+        print(f"built on the node and graded in {time.monotonic() - t0:.1f} s")
+        records = read_records(tmp_path / "run" / "episodes.jsonl")
+        assert [(r.status, r.passed) for r in records] == [("completed", True)] * 2, [
+            r.infra_error for r in records
+        ]
+        assert summary.overall is not None
+        assert summary.overall.scaled == 100.0
+        # The image is there under the paper's content tag, built from the node's base.
+        labels = engine.images.get(tag).labels
+        assert labels[images.LABEL_PAPER] == "adamw-warmup"
+        assert labels[images.LABEL_BASE_ID] == engine.images.get(base).id
+        assert any((tmp_path / "node-wheels").rglob("numpy-*.whl"))  # built offline from them
+        assert images.ensure(engine, paper, cfg) == (tag, False)
+    finally:
+        for t in (tag, env, base):
+            if images.image_exists(engine, t):
+                engine.images.remove(t, force=True)
+
+
+@pytest.mark.docker
+def test_a_node_that_cannot_build_the_image_is_an_infrastructure_error(
+    docker_images: str, node_settings: Path, tmp_path: Path
+) -> None:
+    base = "rcb-env/no-such-base:0"
+    summary = run_eval(_snippets(1), _docker_cfg(base), tmp_path / "run", ray_address="local",
+                       infra_retries=0)  # fmt: skip
+    (record,) = read_records(tmp_path / "run" / "episodes.jsonl")
+    assert record.status == "infra_error"
+    assert record.infra_error is not None
+    message = record.infra_error.message
+    # The paper, the node and the reason.
+    assert re.search(r"node [0-9a-f]{12} cannot run adamw-warmup on the docker backend", message)
+    assert f"the base image {base} is not on this Docker engine" in message
+    assert summary.overall is None  # never scored as 0
+    assert summary.infra_errors == 1
+
+
+def test_the_watchdog_allows_a_docker_node_to_build_an_image() -> None:
+    from rcb_env.runner.ray_runner import WATCHDOG_MARGIN_S, watchdog_s
+    from rcb_env.sandbox import backend_class
+
+    docker = SandboxConfig(backend="docker")
+    assert watchdog_s(60, 2, docker) == 60 + 2 * WATCHDOG_MARGIN_S + 3600
+    assert backend_class("docker").preparation_s == 3600
+    assert watchdog_s(60, 2, SandboxConfig(backend="bwrap")) == 60 + 2 * WATCHDOG_MARGIN_S

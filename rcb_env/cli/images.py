@@ -39,8 +39,8 @@ def _config(base: str | None, wheels: Path | None = None) -> object:
         config.remember("docker_base", base)
     if wheels is not None:
         config.remember("docker_wheels", str(wheels.resolve()))
-    elif config.remembered().get("docker_wheels"):
-        wheels = Path(config.remembered()["docker_wheels"])
+    else:
+        wheels = config.docker_wheels()
     return (
         img.ImageConfig(wheels=wheels)
         if base is None

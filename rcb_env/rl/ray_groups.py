@@ -50,10 +50,11 @@ class RolloutGroupJob:
     def deadline_s(self) -> float:
         """The samples run at once; each may take its attempts' wall budgets and gradings."""
         attempt = (self.config.max_wall_s or 1800.0) + self.config.grading.timeout_s
-        return watchdog_s(attempt * (self.config.retries + 1))
+        return watchdog_s(attempt * (self.config.retries + 1), sandbox=self.sandbox)
 
     def run(self, node: Node) -> dict[str, Any]:
         _pset, paper, snippet = node.snippet(self.task)
+        node.prepare(paper)
         group = asyncio.run(
             rollout_group(
                 paper,

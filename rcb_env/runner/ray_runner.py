@@ -11,7 +11,9 @@ long-lived worker, whose sandbox factories (prepared templates, warm grading pro
 containers) and loaded task sets persist across the jobs it runs; Ray does not replace a dead
 actor, so the driver sends a lost worker's jobs to another one. On the node, a job finds the
 tasks by the driver's folder or benchmark name (unpacked from the driver's archive when the node
-lacks them) and refuses a copy whose content hash differs (:class:`Node`). The driver streams
+lacks them) and refuses a copy whose content hash differs, and makes the job's paper runnable
+there when the backend can (docker: its image built on the node; :meth:`Node.prepare`), or
+fails the job as an infrastructure error naming the paper, the node and why. The driver streams
 results back as jobs finish (``ray.wait``), ends a job that outlives its own budgets by
 :data:`WATCHDOG_MARGIN_S` per episode (the watchdog), and is the only writer of what it
 records (an evaluation's ``episodes.jsonl``), so a retry can never write a record twice. Each
@@ -19,8 +21,8 @@ evaluation record names the node that ran it and the attempt of its group.
 
 Local mode: ``ray.init(num_cpus=..., resources={"rcb_sandbox": jobs})`` on this machine. Cluster
 mode: ``ray.init(address=...)``; each worker node was started with
-``ray start --address=HEAD --resources='{"rcb_sandbox": N}'`` after ``rcb-env setup`` (or its
-images) on that node.
+``ray start --address=HEAD --resources='{"rcb_sandbox": N}'`` after ``rcb-env setup`` (docker: a
+paper's image missing there is built on the node by its first job) on that node.
 
 Needs ``ray`` (``pip install 'rcb-env[ray]'``).
 """
@@ -41,9 +43,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import ray
 
-from rcb_env.errors import ConfigError
+from rcb_env.errors import ConfigError, SandboxError
 from rcb_env.runner.episode import EvalConfig, task_hash
 from rcb_env.sandbox import SandboxConfig, SandboxFactory
+from rcb_env.sandbox.backend import preparation_time
 from rcb_env.task.models import Paper, Pset, Snippet
 
 if TYPE_CHECKING:
@@ -70,10 +73,12 @@ def _sandbox_slots() -> int:
     return int(ray.cluster_resources().get(RESOURCE, 0))  # type: ignore[no-untyped-call]
 
 
-def watchdog_s(budget_s: float, episodes: int = 1) -> float:
+def watchdog_s(budget_s: float, episodes: int = 1, sandbox: SandboxConfig | None = None) -> float:
     """The watchdog's deadline of a job whose budgets allow ``budget_s`` seconds for ``episodes``
-    episodes run one after another."""
-    return budget_s + max(1, episodes) * WATCHDOG_MARGIN_S
+    episodes run one after another, in sandboxes of ``sandbox``'s backend (whose preparation of
+    a node that lacks a paper's environment is allowed for: docker builds the image there)."""
+    prepare = preparation_time(sandbox.backend) if sandbox is not None else 0.0
+    return budget_s + max(1, episodes) * WATCHDOG_MARGIN_S + prepare
 
 
 @ray.remote(num_cpus=0)
@@ -233,6 +238,23 @@ class Node:
     def tasks(self, where: str, tree: Any = None) -> Pset:
         """This node's copy of the tasks ``where`` names (see :func:`tasks_here`)."""
         return _tasks_on_node(tasks_here(where, tree))
+
+    def prepare(self, paper: Paper) -> None:
+        """Make ``paper`` runnable on this node with the job's backend when the backend can
+        (docker: the paper's image built on this node's engine when it lacks it, see
+        :meth:`~rcb_env.sandbox.Backend.ensure_available`); before the job's sandboxes open.
+
+        Raises:
+            RuntimeError: it cannot (the paper, this node and the reason named): the job fails
+                as an infrastructure error, never a reward of 0.
+        """
+        try:
+            self.factory.ensure_available(paper)
+        except SandboxError as exc:
+            raise RuntimeError(
+                f"node {self.id[:12]} cannot run {paper.id} on the {self.factory.backend} "
+                f"backend: {exc}"
+            ) from exc
 
     def snippet(self, task: TaskRef) -> tuple[Pset, Paper, Snippet]:
         """``task`` as this node has it, with its task set and paper.
@@ -616,7 +638,7 @@ class EvalGroup:
     def deadline_s(self) -> float:
         """Each sample may take its wall budget and its grading."""
         per_sample = (self.cfg.budgets.max_wall_s or 1800.0) + self.cfg.grading.timeout_s
-        return watchdog_s(per_sample * len(self.samples), len(self.samples))
+        return watchdog_s(per_sample * len(self.samples), len(self.samples), self.cfg.sandbox)
 
     def run(self, node: Node) -> list[dict[str, Any]]:
         from rcb_env import envs
@@ -629,6 +651,7 @@ class EvalGroup:
                 f"node {node.id[:12]} is not prepared for {paper.id}: {ready.reason} (run "
                 "`rcb-env setup` there, or pull the images, before it joins)"
             )
+        node.prepare(paper)
         only = pset.model_copy(
             update={"papers": (paper.model_copy(update={"snippets": (snippet,)}),)}
         )
@@ -664,12 +687,15 @@ class _Grading:
 
     def deadline_s(self) -> float:
         """The body's test runs and the pristine paper's, each with its retries."""
-        return watchdog_s(2 * self.grading.timeout_s * (1 + self.grading.kill_retries))
+        return watchdog_s(
+            2 * self.grading.timeout_s * (1 + self.grading.kill_retries), sandbox=self.sandbox
+        )
 
     def run(self, node: Node) -> dict[str, Any]:
         from rcb_env.grading.grader import Grader
 
         _pset, paper, snippet = node.snippet(self.task)
+        node.prepare(paper)
         grader = Grader(self.grading, executor=node.factory.grading_executor(paper))
         data: dict[str, Any] = grader.grade(paper, snippet, self.body).model_dump(mode="json")
         return data
@@ -698,7 +724,9 @@ class _PaperAudit:
         from rcb_env.validation.audit import audit
 
         pset = node.tasks(self.where)
-        one = pset.model_copy(update={"papers": (pset.paper(self.paper_id),), "failures": ()})
+        paper = pset.paper(self.paper_id)
+        node.prepare(paper)
+        one = pset.model_copy(update={"papers": (paper,), "failures": ()})
         return [f.model_dump(mode="json") for f in audit(one, node.factory)]
 
 

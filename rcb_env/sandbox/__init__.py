@@ -108,6 +108,15 @@ class SandboxFactory:
         """Let the backend prepare for these papers ahead of time (docker: pooled containers)."""
         self.impl.warm(papers)
 
+    def ensure_available(self, paper: Paper) -> None:
+        """Make ``paper`` runnable here if the backend can (see
+        :meth:`Backend.ensure_available`; docker: its image built on this engine).
+
+        Raises:
+            SandboxError: it cannot.
+        """
+        self.impl.ensure_available(paper)
+
     def template(self, paper: Paper, snippet: Snippet) -> Path:
         """The snippet's masked template, prepared on first use (counted in
         :attr:`preparations`)."""

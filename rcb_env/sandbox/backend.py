@@ -44,6 +44,10 @@ class Backend(ABC):
     """The backend's own settings (frozen, unknown keys refused), validated from
     ``SandboxConfig.options``; what differs between its sandboxes is read from
     :attr:`options`."""
+    preparation_s: ClassVar[float] = 0.0
+    """Seconds :meth:`ensure_available` may take on a machine that lacks what a paper needs
+    (docker: building its image); the Ray driver's watchdog allows them on top of a job's
+    budgets."""
     brings_interpreter: ClassVar[bool] = False
     """Its sandboxes run their own interpreter (a container image's): no task environment of
     the host is needed (docker)."""
@@ -65,6 +69,16 @@ class Backend(ABC):
         it needs (docker: its image is not built), or None. Such a paper is left out of a
         run's runnable set and listed, never a failure mid-run."""
         return None
+
+    def ensure_available(self, paper: Paper) -> None:  # noqa: B027 - optional hook
+        """Make ``paper`` runnable on this machine when it is not yet and the backend can do
+        that on its own, with this machine's settings (docker: build the paper's image on this
+        engine); by default nothing. A Ray node calls it before a job's sandboxes open, since
+        the driver cannot see the nodes' engines.
+
+        Raises:
+            SandboxError: it cannot be made runnable here (the reason is in it).
+        """
 
     @abstractmethod
     def create(self, template: Path, paper: Paper) -> Sandbox:
@@ -140,6 +154,13 @@ def brings_interpreter(name: str) -> bool:
     host is needed? (``auto`` picks only backends that may run implicitly, which use the
     host's task interpreter.)"""
     return name != "auto" and backend_class(name).brings_interpreter
+
+
+def preparation_time(name: str) -> float:
+    """The seconds the backend ``name`` may take to make a paper runnable on a machine that
+    lacks its environment (:attr:`Backend.preparation_s`); ``auto`` picks a backend that runs
+    on the host's own environments, with nothing to prepare."""
+    return 0.0 if name == "auto" else backend_class(name).preparation_s
 
 
 def backend_names() -> list[str]:

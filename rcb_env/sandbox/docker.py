@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rcb_env import config as settings
 from rcb_env._common import truncate
 from rcb_env.errors import SandboxError
+from rcb_env.logs import get_logger
 from rcb_env.sandbox import registry
 from rcb_env.sandbox.backend import Backend
 from rcb_env.sandbox.base import (
@@ -56,6 +57,8 @@ from rcb_env.sandbox.images import LABEL
 from rcb_env.sandbox.session import ShellSession
 from rcb_env.sandbox.warm import WarmLaunch, WarmPool
 from rcb_env.task.models import Paper
+
+log = get_logger(__name__)
 
 # The engine's helpers keep their old import path here.
 __all__ = [
@@ -368,6 +371,7 @@ class DockerBackend(Backend):
 
     name = "docker"
     brings_interpreter = True
+    preparation_s = 3600.0  # the largest environment image built here took 916 s
     options_model = DockerOptions
     options: DockerOptions
 
@@ -376,6 +380,8 @@ class DockerBackend(Backend):
         self._docker = client()
         self._pool = ContainerPool(self._docker, config, scratch, self.options.pool_size)
         self._images: dict[str, str] = {}
+        self._unbuildable: dict[str, str] = {}
+        """Paper id -> why its image could not be built here (not tried again)."""
         self._lock = threading.Lock()
         self._warm = WarmPool(scratch, config.warm_processes)
 
@@ -407,6 +413,46 @@ class DockerBackend(Backend):
         if given:
             return f"its image {given} (the docker option `images`) is not on the engine"
         return f"its image {tag} is not built (rcb-env images build --base {options.docker_base})"
+
+    def ensure_available(self, paper: Paper) -> None:
+        """The paper's image on this engine: built here when it is missing, with this
+        machine's settings (the base image of :attr:`DockerOptions.docker_base`, part of the
+        tag, and the wheels folder remembered by ``images build --wheels``), one build per tag
+        at a time on the machine, and checked by its content tag
+        (:func:`rcb_env.sandbox.images.ensure`). An image named by the ``images`` option is
+        used as given, never built. A paper whose build failed is not tried again by this
+        instance.
+
+        Raises:
+            SandboxError: the image is missing and cannot be built here (why).
+        """
+        from rcb_env.sandbox import images
+
+        if paper.id in self.options.images:
+            self.image(paper)
+            return
+        with self._lock:
+            if paper.id in self._images:
+                return
+            failed = self._unbuildable.get(paper.id)
+        if failed is not None:
+            raise SandboxError(failed)
+        cfg = images.ImageConfig(base=self.options.docker_base, wheels=settings.docker_wheels())
+        try:
+            with docker_errors(f"making the image of {paper.id}"):
+                tag, built = images.ensure(
+                    self._docker, paper, cfg, progress=lambda line: log.debug(line, paper=paper.id)
+                )
+        except SandboxError as exc:
+            why = (
+                f"the image of {paper.id} is not on this Docker engine and cannot be built "
+                f"here (base {cfg.base}, wheels {cfg.wheels or 'none: pip uses an index'}): {exc}"
+            )
+            with self._lock:
+                self._unbuildable[paper.id] = why
+            raise SandboxError(why) from exc
+        if built:
+            log.info("built a paper image on this machine", paper=paper.id, image=tag)
 
     def image(self, paper: Paper) -> str:
         """The paper's image tag, which must have been built.

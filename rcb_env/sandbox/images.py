@@ -460,6 +460,78 @@ def build(
     return tag, True
 
 
+def _label_problem(client: Any, paper: Paper, cfg: ImageConfig, tag: str) -> str | None:
+    """Why the image under ``tag`` is not ``paper``'s image as ``cfg`` builds it on this engine,
+    or None: ``tag`` is the paper's content tag, and the image there is one rcb-env built for
+    this paper from the base image as the engine holds it now."""
+    expected = image_tag(paper, cfg)
+    if tag != expected:
+        return f"the build gave {tag}, not the content tag {expected}"
+    if not image_exists(client, tag):
+        return f"{tag} is not on the engine after its build"
+    labels = client.images.get(tag).labels or {}
+    base_id = _image_id(client, cfg.base)
+    if labels.get(LABEL) != "1" or labels.get(LABEL_PAPER) != paper.id:
+        return f"{tag} is not rcb-env's image of {paper.id} (its labels: {labels})"
+    if labels.get(LABEL_BASE_ID) != base_id:
+        return f"{tag} was not built from the base image {cfg.base} as it is now ({base_id})"
+    return None
+
+
+def lock_path(tag: str) -> Path:
+    """The file lock of ``tag``'s builds on this machine (under ``$RCB_ENV_HOME/locks``)."""
+    return settings.rcb_home() / "locks" / f"image-{_hash(tag.encode())}.lock"
+
+
+@contextlib.contextmanager
+def _build_lock(tag: str) -> Iterator[None]:
+    import fcntl
+
+    path = lock_path(tag)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+
+
+def ensure(
+    client: Any,
+    paper: Paper,
+    cfg: ImageConfig,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[str, bool]:
+    """``paper``'s image on this engine: there already, or built here with ``cfg`` (this
+    machine's base image and wheels folder) and checked by its content tag (the tag is the one
+    the paper's content gives, the image is labelled as this paper's, from the engine's base
+    image). One build per tag at a time on the machine: a file lock (:func:`lock_path`) makes
+    jobs that need the same image wait for the first one's build and then use it. Returns
+    (tag, built here).
+
+    Raises:
+        SandboxError: the image is not there and cannot be built here (no base image, pip
+            could not resolve the requirements, the build failed: the reason is in it), or
+            the built image fails the check.
+    """
+    tag = image_tag(paper, cfg)
+    if image_exists(client, tag):
+        return tag, False
+    with _build_lock(tag):
+        if image_exists(client, tag):  # built by another job while this one waited
+            return tag, False
+        try:
+            built, _ = build(client, paper, cfg, progress=progress)
+        except ConfigError as exc:  # the base image is not on the engine
+            raise SandboxError(str(exc)) from exc
+        problem = _label_problem(client, paper, cfg, built)
+        if problem is not None:
+            raise SandboxError(problem)
+    return tag, True
+
+
 class BuildResult(Frozen):
     """One paper's image build."""
 
