@@ -162,3 +162,34 @@ def test_an_unreachable_engine_is_a_clear_sandbox_error(
     assert docker.probe() is not None
     with pytest.raises(SandboxError, match="no engine answers"):
         resolve_backend("docker")
+
+
+def test_images_gc_removes_only_the_selected_papers_stale_images(docker_images: str) -> None:
+    """`images gc` for one benchmark keeps another benchmark's images (they are not stale: the
+    published papers' images took a quarter of an hour to build) and removes the selection's
+    stale ones."""
+    engine = docker.client()
+    paper = load(bundled_root()).paper("adamw-warmup")
+    current = images.image_tag(paper, images.ImageConfig(base=docker_images))
+    env_tag = (engine.images.get(current).labels or {})[images.LABEL_ENV]
+    made = {
+        f"{images.REPOSITORY}-adamw-warmup:stale-test": "adamw-warmup",
+        f"{images.REPOSITORY}-other-benchmark:gc-test": "other-benchmark/paper",
+    }
+    for tag, paper_id in made.items():
+        engine.images.build(
+            fileobj=io.BytesIO(f"FROM {current}\nLABEL {images.LABEL_PAPER}={paper_id}\n".encode()),
+            tag=tag,
+            rm=True,
+        )
+    try:
+        removed = images.gc_images(engine, {current}, {"adamw-warmup"})
+        assert f"{images.REPOSITORY}-adamw-warmup:stale-test" in removed
+        assert not images.image_exists(engine, f"{images.REPOSITORY}-adamw-warmup:stale-test")
+        assert images.image_exists(engine, f"{images.REPOSITORY}-other-benchmark:gc-test")
+        assert images.image_exists(engine, current)
+        assert images.image_exists(engine, env_tag)
+    finally:
+        for tag in made:
+            if images.image_exists(engine, tag):
+                engine.images.remove(tag, force=True)

@@ -190,5 +190,6 @@ def images_gc(pset: tuple[str, ...], base: str | None, everything: bool) -> None
     loaded = _load(pset, ())
     cfg = img.ImageConfig() if base is None else img.ImageConfig(base=base)
     keep = {img.image_tag(p, cfg) for p in loaded.papers}
-    stale = img.gc_images(engine, keep)
+    # only the selected benchmark's papers: another benchmark's images are not stale
+    stale = img.gc_images(engine, keep, {p.id for p in loaded.papers})
     out.print(f"removed {len(removed)} containers and {len(stale)} stale images", highlight=False)

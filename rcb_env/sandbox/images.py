@@ -712,23 +712,30 @@ def load(client: Any, path: Path, *, expect: Iterable[str] = ()) -> dict[str, st
     return recorded
 
 
-def gc_images(client: Any, keep: set[str]) -> list[str]:
-    """Remove rcb-env images whose tag is not in ``keep`` (stale builds), keeping the
-    environment images that a kept image is built on, and leftover build stages. Returns the
-    removed tags."""
+def gc_images(client: Any, keep: set[str], papers: set[str] | None = None) -> list[str]:
+    """Remove rcb-env images whose tag is not in ``keep`` (stale builds) among the images of
+    ``papers`` (None: every paper), keeping every other paper's images (another benchmark's,
+    built at another time), the environment images that a kept image is built on, and leftover
+    build stages. Returns the removed tags."""
     import docker.errors
 
-    keep_envs = set()
-    for tag in keep:
-        with contextlib.suppress(docker.errors.DockerException):
-            keep_envs.add((client.images.get(tag).labels or {}).get(LABEL_ENV, ""))
     removed: list[str] = []
+    kept_envs: set[str] = set()
     images = client.images.list(filters={"label": LABEL})
     # Paper images first: an environment image cannot go while one is built on it.
     images.sort(key=lambda i: LABEL_PAPER not in (i.labels or {}))
     for image in images:
+        labels = image.labels or {}
         tags = image.tags or [image.id]
-        if any(t in keep or t in keep_envs or not _ours(t) for t in image.tags):
+        paper = labels.get(LABEL_PAPER)
+        others = paper is not None and papers is not None and paper not in papers
+        if (
+            others
+            or any(t in keep or not _ours(t) for t in image.tags)
+            or (paper is None and any(t in kept_envs for t in image.tags))
+        ):
+            if paper is not None:  # a paper image names the environment image it is on
+                kept_envs.add(labels.get(LABEL_ENV, ""))
             continue
         try:
             client.images.remove(image.id, force=True)
