@@ -90,8 +90,12 @@ fi
 new_enough() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; }
 hb_base=${HARBOR_PYTHON_BASE:-}
 if [ -z "$hb_base" ]; then
-  for cand in python3.13 python3.12 "$HOME"/.pyenv/versions/3.1[2-9]*/bin/python3 \
-      /usr/local/bin/python3.1[2-9] python3; do
+  # on PATH, or a version pyenv manages (where pyenv is installed)
+  pyenv_pythons=()
+  if command -v pyenv >/dev/null 2>&1; then
+    pyenv_pythons=("$(pyenv root)"/versions/3.1[2-9]*/bin/python3)
+  fi
+  for cand in python3.13 python3.12 "${pyenv_pythons[@]}" python3; do
     if command -v "$cand" >/dev/null 2>&1 && new_enough "$cand"; then hb_base=$cand; break; fi
   done
 fi
