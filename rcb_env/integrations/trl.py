@@ -30,6 +30,7 @@ episode when it is collected, and the shared resources are closed at the process
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -264,20 +265,16 @@ def environment_factory(
     """What ``GRPOTrainer(environment_factory=...)`` takes: a fresh environment per call (the
     episode config, as :class:`RcbEnvironment` takes it), all of one cohort (their rewards
     graded together; ``on_failure``: what an unscored rollout does to its group)."""
-    cohort = Cohort(on_failure)
-
-    def make() -> RcbEnvironment:
-        return RcbEnvironment(
-            pset,
-            sandbox=sandbox,
-            grading=grading,
-            env=env,
-            budgets=budgets,
-            max_turns=max_turns,
-            cohort=cohort,
-        )
-
-    return make
+    return functools.partial(
+        RcbEnvironment,
+        pset,
+        sandbox=sandbox,
+        grading=grading,
+        env=env,
+        budgets=budgets,
+        max_turns=max_turns,
+        cohort=Cohort(on_failure),
+    )
 
 
 def dataset_rows(pset: str | None = None, *, system: str | None = None) -> list[dict[str, Any]]:
