@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install check static test pytest test-fast docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence harbor-published grpo-example bench-rl-scale first-observation strength bench-mutants published-docker clean
+.PHONY: install check static test pytest tests tests-exclusive test-fast docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence harbor-published grpo-example bench-rl-scale first-observation strength bench-mutants published-docker clean
 
 install:
 	bash scripts/install.sh
@@ -18,18 +18,27 @@ static:
 	@site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT && \
 		NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir "$$site"
 
-# The static checks and the tests at the same time (both must pass; the tests mostly wait on
-# sandboxes, engines and clusters, so mypy costs them little).
+# The static checks at the same time as the tests marked `exclusive` (they look at the whole
+# host, so no other test may run meanwhile; mypy and mkdocs touch nothing they look at), then the
+# other tests on three workers. All must pass. One Docker engine serves both pytest runs.
 test: install
-	$(MAKE) --no-print-directory -j2 static pytest
+	bash scripts/with-dockerd.sh $(MAKE) --no-print-directory -j2 static tests
 
-# The docker tests need an engine: scripts/with-dockerd.sh uses a running one or starts a private
-# one for the duration of the run (and stops it by its pid). Three workers on two cores (most
-# tests wait on subprocesses): the Docker tests run on one worker, the Ray tests on one worker,
-# and a test marked `exclusive` while no other runs (tests/conftest.py). The 25 slowest tests are
-# listed at the end.
+# Every test. The docker tests need an engine: scripts/with-dockerd.sh uses a running one or
+# starts a private one for the duration of the run (and stops it by its pid).
 pytest:
-	bash scripts/with-dockerd.sh $(BIN)/pytest -n 3 --dist loadgroup --durations=25
+	bash scripts/with-dockerd.sh $(MAKE) --no-print-directory tests
+
+# The tests in two runs: first those marked `exclusive`, one after another in a temporary
+# folder of their own (tests/conftest.py); then the rest on three workers on two cores (most
+# tests wait on subprocesses): the Docker tests on one worker, the Ray tests on one worker. The
+# 25 slowest tests are listed at the end.
+tests: tests-exclusive
+	$(BIN)/pytest -n 3 --dist loadgroup -m "not exclusive" --durations=25
+
+tests-exclusive:
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+		TMPDIR=$$tmp $(BIN)/pytest -m exclusive --durations=5
 
 # The fast tier: pure logic and the in-package fake sandbox, no bubblewrap, Docker or long runs
 # (under a minute; runs on a machine without bwrap).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -153,21 +154,41 @@ _TIER_FIXTURES = {"require_bwrap": "bwrap", "docker_images": "docker"}
 
 _HOST_LOCK = _SHARED_TEMP / "rcb-tests-host.lock"
 """Shared by the workers of every run on this machine."""
+_HOST_GATE = _SHARED_TEMP / "rcb-tests-host.gate"
+"""Taken around every wait for the host lock, so that a waiting exclusive test goes first."""
 
 
 @pytest.fixture(autouse=True)
 def _alone_when_exclusive(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test marked ``exclusive`` checks what a run left on the whole host (the sandbox user's
     processes, /dev/shm, containers): it takes the host lock exclusively, every other test
-    shares it, so under xdist no other test runs meanwhile."""
+    shares it, so under xdist no other test runs meanwhile.
+
+    flock gives a shared lock to whoever asks while an exclusive one is waiting, so with other
+    workers starting test after test the exclusive test could wait for minutes (it did: 166 s).
+    Every test therefore takes the gate while it waits for the host lock: an exclusive test
+    holds the gate until the tests under way have ended, and no new one starts meanwhile."""
     if _WORKER_TEMP is None:
         yield
         return
+    exclusive = request.node.get_closest_marker("exclusive") is not None
+    with host_lock(exclusive):
+        yield
+
+
+@contextlib.contextmanager
+def host_lock(
+    exclusive: bool, lock_path: Path = _HOST_LOCK, gate_path: Path = _HOST_GATE
+) -> Iterator[None]:
+    """The host lock, shared or exclusive, taken through the gate (see above)."""
     import fcntl
 
-    exclusive = request.node.get_closest_marker("exclusive") is not None
-    with open(_HOST_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    with open(lock_path, "a") as lock, open(gate_path, "a") as gate:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
         try:
             yield
         finally:
@@ -175,7 +196,7 @@ def _alone_when_exclusive(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 #: Tests that share one exclusive resource run on one xdist worker, one after another (``make
-#: test`` runs ``pytest -n 2 --dist loadgroup``): the Docker engine and the images the session
+#: test`` runs ``pytest -n 3 --dist loadgroup``): the Docker engine and the images the session
 #: builds; Ray (a cluster per test, on Ray's fixed ports).
 _GROUPS = {"docker": "docker", "test_ray.py": "ray"}
 

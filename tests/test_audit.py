@@ -6,13 +6,15 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from rcb_env.cli import cli
 from rcb_env.cli._app import EXIT_CONTROL_MISSED
-from rcb_env.task import load
+from rcb_env.sandbox import SandboxFactory, sandbox_config
+from rcb_env.task import bundled_root, load
 from rcb_env.validation import audit as audit_module
 from rcb_env.validation.audit import canary_root, needles
 from tests.conftest import MATH_CODE, math_files, write_paper, write_pset
@@ -63,6 +65,33 @@ def test_bundled_tasks_have_no_leaks_and_the_seeded_canary_is_caught(
         "control: the seeded leak in audit-canary was found (3 answer lines in "
         "./notes/ema_notebook_export.py)" in result.output
     )
+
+
+@pytest.mark.slow
+def test_the_control_shares_the_audits_environment_scan(
+    monkeypatch: pytest.MonkeyPatch, require_bwrap: None
+) -> None:
+    """The canary's answers are searched for in the bundled tasks' environment scan (they share
+    the interpreter): one environment scan, not one for the audit and one for the control; the
+    control's findings still name the seeded leak and stay out of the audit's."""
+    scans: list[str] = []
+    real_scan = audit_module._scan
+
+    def counted(*args: Any) -> list[tuple[str, str]]:
+        scans.append(args[4])
+        return real_scan(*args)
+
+    monkeypatch.setattr(audit_module, "_scan", counted)
+    pset = load(bundled_root(), papers={"adamw-warmup"})
+    factory = SandboxFactory(sandbox_config("bwrap"))
+    try:
+        findings, controlled = audit_module.audit_with_control(pset, factory)
+    finally:
+        factory.close()
+    assert findings == []
+    assert {f.path for f in controlled} == {audit_module.CANARY_LEAK}
+    assert len([roots for roots in scans if roots != "."]) == 1
+    assert len(scans) == 3  # the environment, then each paper's repository
 
 
 @pytest.mark.slow

@@ -146,10 +146,27 @@ def test_cli_eval_docker_scores_and_leaves_nothing_even_after_sigkill(
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    _settle(engine)
     subprocess.run(
         _eval("images", "gc", "--base", docker_images), env=env, check=True, capture_output=True
     )
     assert _ours(engine) == []
+
+
+def _settle(engine: Any, quiet_s: float = 3.0, limit_s: float = 60.0) -> None:
+    """Wait until the engine's list of our containers has not changed for ``quiet_s``: requests
+    the killed client sent just before it died (a create, a start) are still being carried out,
+    and a container they make after `images gc` looked would be left."""
+    seen: list[tuple[str, str]] = []
+    quiet_since = time.monotonic()
+    deadline = quiet_since + limit_s
+    while time.monotonic() < deadline:
+        now = sorted((c["Id"], c["State"]) for c in _ours(engine))
+        if now != seen:
+            seen, quiet_since = now, time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_s:
+            return
+        time.sleep(0.2)
 
 
 def test_an_unreachable_engine_is_a_clear_sandbox_error(

@@ -749,7 +749,9 @@ def _node_id() -> str:
 
 
 def _busy_on(pid: int) -> bool:
-    """Whether the process tree of ``pid`` runs a sandbox (a group is under way there)."""
+    """Whether the process tree of ``pid`` runs an episode's ``sleep`` (SleepThenSubmit's
+    command: a group is under way there and has at least 3 s to go). A sandbox alone does not
+    tell: a long-lived worker keeps its paper's warm grading processes between groups."""
     import psutil
 
     try:
@@ -762,7 +764,7 @@ def _busy_on(pid: int) -> bool:
             names.add(p.name())
         except psutil.NoSuchProcess:
             continue
-    return "bwrap" in names
+    return "sleep" in names
 
 
 def _two_papers(n: int = 3) -> Pset:

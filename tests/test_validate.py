@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -160,3 +161,40 @@ def test_warm_and_cold_verdicts_compare_tests_except_after_a_timeout() -> None:
         result(FailureKind.TEST_FAILURE)
     )
     assert verdict(result(timeout)) != verdict(result(FailureKind.TEST_FAILURE))
+
+
+def test_a_difference_with_a_timeout_is_graded_again_with_more_time_before_it_counts() -> None:
+    """A cold run killed at the limit while the warm one failed its tests (a slow candidate on a
+    busy machine) is graded again on both paths; what the second grading says is the verdict.
+    A difference without a timeout, or with one on both sides, is not graded again."""
+    from rcb_env.grading.models import FailureKind, GradeResult, Outcome
+    from rcb_env.validation.equivalence import regrade_timeouts, verdict
+
+    def result(kind: FailureKind) -> GradeResult:
+        return GradeResult(
+            snippet_id="p/s",
+            outcome=Outcome.PASSED if kind is FailureKind.NONE else Outcome.FAILED,
+            kind=kind,
+            official_pass=kind is FailureKind.NONE,
+            timed_out=kind is FailureKind.TIMEOUT,
+        )
+
+    timeout, failure, none = FailureKind.TIMEOUT, FailureKind.TEST_FAILURE, FailureKind.NONE
+    cases: list[Any] = [("slow", i) for i in range(4)]
+    results = {
+        False: [result(timeout), result(failure), result(timeout), result(none)],
+        True: [result(failure), result(none), result(timeout), result(timeout)],
+    }
+    again: list[tuple[bool, Any]] = []
+
+    def grade(warm: bool, case: Any) -> GradeResult:
+        again.append((warm, case))
+        # with time to spare, case 0 fails its tests on both paths; case 3 passes only cold
+        return result(none if case == ("slow", 3) and not warm else failure)
+
+    assert regrade_timeouts(cases, results, grade) == [0, 3]
+    assert sorted(again) == sorted((w, cases[i]) for w in (False, True) for i in (0, 3))
+    assert verdict(results[False][0]) == verdict(results[True][0])  # load, not the path
+    assert verdict(results[False][1]) != verdict(results[True][1])  # never timed out: kept
+    assert verdict(results[False][2]) == verdict(results[True][2])  # both timed out: no retry
+    assert verdict(results[False][3]) != verdict(results[True][3])  # the path's: still differs

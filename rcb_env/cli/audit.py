@@ -72,16 +72,21 @@ def audit_cmd(
                 findings = ray_runner.audit_on_ray(loaded, sandbox_cfg)
             finally:
                 ray_runner.disconnect(own)
+            if control is not False:
+                controlled = leak_audit.control(factory)
         else:
             with _progress("auditing") as progress:
                 bar = progress.add_task("", total=len(loaded.snippets))
-                findings = leak_audit.audit(
-                    loaded,
-                    factory,
-                    on_done=lambda sid: progress.update(bar, advance=1, description=sid),
-                )
-        if control is not False:
-            controlled = leak_audit.control(factory)
+
+                def done(sid: str) -> None:
+                    progress.update(bar, advance=1, description=sid)
+
+                if control is False:
+                    findings = leak_audit.audit(loaded, factory, on_done=done)
+                else:
+                    findings, controlled = leak_audit.audit_with_control(
+                        loaded, factory, on_done=done
+                    )
     finally:
         factory.close()
     leaks = [f for f in findings if f.accepted is None]

@@ -32,19 +32,23 @@ def norm(line: str) -> str:
 
 class Scanner:
     def __init__(self, wanted: set[str], min_chars: int) -> None:
-        self.wanted = wanted
+        self.wanted = {bytes.fromhex(h) for h in wanted}
         self.min_chars = min_chars
-        self.seen: set[tuple[str, str]] = set()
+        self.seen: set[tuple[str, bytes]] = set()
 
     def check(self, text: str, where: str) -> None:
-        for line in text.splitlines():
-            n = norm(line)
-            if len(n) < self.min_chars:
+        # A line shorter than MIN_CHARS is shorter normalised, and a line repeated in a text is
+        # checked once: an environment has millions of lines, most of them short or repeated.
+        short = self.min_chars
+        sha256 = hashlib.sha256
+        for line in dict.fromkeys(ln for ln in text.splitlines() if len(ln) >= short):
+            n = " ".join(line.split())
+            if len(n) < short:
                 continue
-            h = hashlib.sha256(n.encode()).hexdigest()[:32]
+            h = sha256(n.encode()).digest()[:16]
             if h in self.wanted and (where, h) not in self.seen:
                 self.seen.add((where, h))
-                print(f"{where}\t{h}")
+                print(f"{where}\t{h.hex()}")
 
 
 def apply_delta(base: bytes, delta: bytes, *, inserts_only: bool = False) -> bytes:

@@ -252,3 +252,22 @@ def control(factory: SandboxFactory) -> list[Finding]:
     """Audit the bundled canary task. The result must name its seeded leak; if it does not,
     this backend hides something from the scanner and a clean audit means nothing."""
     return audit(load_pset(canary_root()), factory)
+
+
+def audit_with_control(
+    pset: Pset, factory: SandboxFactory, on_done: Callable[[str], None] | None = None
+) -> tuple[list[Finding], list[Finding]]:
+    """:func:`audit` of ``pset`` and the :func:`control`, in one pass: the canary's answers are
+    searched for in the same environment scans as the pset's (the bundled canary shares its
+    interpreter with the bundled tasks; an environment scan is most of an audit's time), and its
+    repository in a sandbox of its own as always. Returns (the pset's findings, the control's)."""
+    canary = load_pset(canary_root())
+    roots = {p.id: p.root for p in pset.papers}
+    if any(roots.get(p.id, p.root) != p.root for p in canary.papers):
+        # another paper under a canary paper's id: the two must not be mixed up
+        return audit(pset, factory, on_done), control(factory)
+    extra = tuple(p for p in canary.papers if p.id not in roots)
+    found = audit(pset.model_copy(update={"papers": pset.papers + extra}), factory, on_done)
+    ours = {s.id for s in pset.snippets}
+    theirs = {s.id for s in canary.snippets}
+    return [f for f in found if f.snippet_id in ours], [f for f in found if f.snippet_id in theirs]

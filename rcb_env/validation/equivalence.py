@@ -45,8 +45,7 @@ def verdict(r: GradeResult) -> tuple[Any, ...]:
     """What must not depend on the path. Which tests had finished when a run was killed at the
     wall-clock limit depends on how busy the machine was, not on the path: a timeout is
     compared without its per-test results."""
-    timed_out = r.timed_out or r.kind is FailureKind.TIMEOUT
-    tests = () if timed_out else tuple((t.name, t.status) for t in r.tests)
+    tests = () if _timed_out(r) else tuple((t.name, t.status) for t in r.tests)
     return (r.outcome, r.kind, r.official_pass, tests)
 
 
@@ -80,6 +79,7 @@ def compare(
         for warm in (False, True)
     }
     cfg = GradingConfig(timeout_s=timeout_s)
+    retry_cfg = GradingConfig(timeout_s=timeout_s * RETRY_FACTOR)
     total = Comparison(cases=0, differences=(), not_warm={}, warm_s=0.0, cold_s=0.0)
     try:
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -96,6 +96,7 @@ def compare(
                     start = time.monotonic()
                     results[warm] = list(pool.map(partial(_grade, graders), cases))
                     seconds[warm] = time.monotonic() - start
+                regrade_timeouts(cases, results, partial(_grade_on, factories, retry_cfg))
                 one = _judge(cases, results[False], results[True], seconds)
                 if on_paper is not None:
                     on_paper(paper.id, one)
@@ -110,6 +111,50 @@ def compare(
         for factory in factories.values():
             factory.close()
     return total
+
+
+#: A difference in which one path ran into the wall-clock limit is graded again on both paths
+#: with this many times the limit before it is reported.
+RETRY_FACTOR = 3
+
+
+def _timed_out(r: GradeResult) -> bool:
+    return r.timed_out or r.kind is FailureKind.TIMEOUT
+
+
+Case = tuple[Paper, Snippet, str, str]
+"""A paper, one of its snippets, a candidate's name and its body."""
+
+
+def _grade_on(
+    factories: dict[bool, SandboxFactory], cfg: GradingConfig, warm: bool, case: Case
+) -> GradeResult:
+    paper = case[0]
+    grader = Grader(cfg, executor=factories[warm].grading_executor(paper))
+    return _grade({paper.id: grader}, case)
+
+
+def regrade_timeouts(
+    cases: list[Case],
+    results: dict[bool, list[GradeResult]],
+    grade: Callable[[bool, Case], GradeResult],
+) -> list[int]:
+    """A run killed at the wall-clock limit says the machine was slow, not what the code does:
+    a candidate that finishes in 5 s on an idle machine can take 15 s while other work shares the
+    cores, and the cold path (a fresh sandbox and interpreter) starts later than the warm one. So
+    a case whose verdicts differ with a timeout on either side is graded again on both paths
+    (``grade(warm, case)``, with a longer limit), one at a time; those results replace the first
+    ones. A difference that is the path's (one path passes, or fails another way with time to
+    spare) is still a difference. Returns the indices graded again."""
+    retry = [
+        i
+        for i, (cold, warm) in enumerate(zip(results[False], results[True], strict=True))
+        if verdict(cold) != verdict(warm) and (_timed_out(cold) or _timed_out(warm))
+    ]
+    for warm in (False, True):
+        for i in retry:
+            results[warm][i] = grade(warm, cases[i])
+    return retry
 
 
 def _judge(
