@@ -634,6 +634,43 @@ def test_the_pool_keeps_at_most_its_limit_closing_the_least_recently_used() -> N
     assert third.dead
 
 
+def test_the_pools_limit_is_hard_a_grading_over_it_goes_cold() -> None:
+    """With every process in use (none idle), another environment's grading gets no process
+    (WarmUnavailable: graded cold), however many ask at once; once one is idle, it is closed
+    and the new environment gets its place."""
+    if bwrap.probe() is not None:
+        pytest.skip(str(bwrap.probe()))
+    from concurrent.futures import ThreadPoolExecutor
+
+    scratch = config.scratch_dir()
+    python = str(config.task_python())
+    launcher = BwrapExecutor(SandboxConfig(backend="bwrap"), scratch)
+    pool = WarmPool(scratch, limit=2, idle_s=3600)
+
+    def get(k: str) -> WarmProcess | str:
+        try:
+            return pool.get(launcher, python, {"PATH": "/usr/bin:/bin", "K": k}, ["json"])
+        except WarmUnavailable as exc:
+            return str(exc)
+
+    try:
+        with ThreadPoolExecutor(max_workers=5) as threads:
+            got = list(threads.map(get, "12345"))
+        started = [g for g in got if isinstance(g, WarmProcess)]
+        refused = [g for g in got if isinstance(g, str)]
+        assert len(started) == 2, got
+        assert len(refused) == 3, got
+        assert all("the warm pool is full" in r for r in refused), refused
+        assert sorted(map(id, pool.processes())) == sorted(map(id, started))
+        pool.idle_s = 0  # now both are idle: the least recently used makes room
+        newest = get("6")
+        assert isinstance(newest, WarmProcess)
+        assert len(pool.processes()) == 2
+        assert sum(p.dead for p in started) == 1
+    finally:
+        pool.close()
+
+
 @pytest.mark.parametrize("grading", ["warm", "cold"])
 def test_the_validate_command_grades_in_the_sandbox_on_the_chosen_path(
     grading: str, factories: tuple[SandboxFactory, SandboxFactory]

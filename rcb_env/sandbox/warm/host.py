@@ -58,8 +58,9 @@ MAX_STARTS = 3
 _PER_RUN_ENV = ("HOME", "TMPDIR")
 STAGE = "/.rcb-stage"
 _ROOM = 16384
-#: A warm process unused this long may be closed to make room for another.
-_IDLE_S = 10.0
+#: A warm process unused this long (no run, none handed out) may be closed to make room for
+#: another; a process handed out a moment ago is about to be used.
+_IDLE_S = 3.0
 #: What a probe run (the pristine paper) imported, written by the run in its grading copy.
 MODULES_FILE = "_rcb/modules"
 _MODULES_LIMIT = 16 * 1024 * 1024
@@ -617,8 +618,10 @@ def _key(python: str, env: Mapping[str, str], modules: Sequence[str]) -> tuple[s
 
 
 class WarmPool:
-    """The warm processes of one sandbox factory, by paper environment, at most ``limit`` alive
-    (starting another closes the least recently used idle one). Thread-safe."""
+    """The warm processes of one sandbox factory, by paper environment, never more than
+    ``limit`` alive, starting ones counted: another environment's process closes the least
+    recently used idle one (idle: no run in it and none handed out for ``idle_s``); when none is
+    idle, that grading runs cold and no process is started. Thread-safe."""
 
     def __init__(self, scratch: Path, limit: int = 4, idle_s: float = _IDLE_S) -> None:
         self.scratch = scratch
@@ -627,6 +630,8 @@ class WarmPool:
         self._lock = threading.Lock()
         self._procs: dict[tuple[str, ...], WarmProcess] = {}
         self._starting: dict[tuple[str, ...], threading.Lock] = {}
+        self._reserved = 0
+        """Processes being started (they count against the limit)."""
         self._failures: dict[tuple[str, ...], list[str]] = {}
         self._modules: dict[str, tuple[str, ...]] = {}
         self.closed = False
@@ -658,6 +663,14 @@ class WarmPool:
             if len(failures) >= MAX_STARTS or any(f.startswith("unsafe") for f in failures):
                 raise WarmUnavailable(f"warm grading is off for this environment: {failures[-1]}")
             self._evict()
+            with self._lock:
+                live = sum(1 for p in self._procs.values() if not p.dead)
+                if live + self._reserved >= self.limit:
+                    raise WarmUnavailable(
+                        f"the warm pool is full ({self.limit} processes, none idle for "
+                        f"{self.idle_s:g} s)"
+                    )
+                self._reserved += 1
             try:
                 proc = WarmProcess(
                     launcher,
@@ -672,6 +685,9 @@ class WarmPool:
                     self._failures.setdefault(key, []).append(str(exc))
                     self._procs.pop(key, None)
                 raise
+            finally:
+                with self._lock:
+                    self._reserved -= 1
             with self._lock:
                 closed = self.closed
                 if not closed:
@@ -693,7 +709,7 @@ class WarmPool:
                 for k, p in live
                 if p.in_flight == 0 and now - p.last_used >= self.idle_s
             )
-            excess = len(live) + 1 - self.limit
+            excess = len(live) + self._reserved + 1 - self.limit
             victims = [self._procs.pop(k) for _, k in idle[: max(0, excess)]]
         for p in victims:
             log.info("closing an idle warm process", python=p.python)
