@@ -10,7 +10,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import psutil
@@ -610,21 +610,24 @@ def test_validation_reports_which_path_each_paper_took(
         assert all(r.outcome == "passed" for r in paper.reference)
 
 
-def test_the_pool_keeps_at_most_its_limit_closing_the_least_recently_used() -> None:
+def _small_pool(idle_s: float) -> tuple[WarmPool, Callable[[str], WarmProcess]]:
+    """A bwrap warm pool of 2 and a getter of environment ``K=<k>``'s process (stdlib only)."""
     if bwrap.probe() is not None:
         pytest.skip(str(bwrap.probe()))
     scratch = config.scratch_dir()
     python = str(config.task_python())
     launcher = BwrapExecutor(SandboxConfig(backend="bwrap"), scratch)
-    pool = WarmPool(scratch, limit=2, idle_s=0)
+    pool = WarmPool(scratch, limit=2, idle_s=idle_s)
+    return pool, lambda k: pool.get(launcher, python, {"PATH": "/usr/bin:/bin", "K": k}, ["json"])
+
+
+def test_the_pool_keeps_at_most_its_limit_closing_the_least_recently_used() -> None:
+    pool, process = _small_pool(idle_s=0)
     try:
-        first, second = (
-            pool.get(launcher, python, {"PATH": "/usr/bin:/bin", "K": k}, ["json"])
-            for k in ("1", "2")
-        )
+        first, second = process("1"), process("2")
         assert pool.processes() == [first, second]
-        assert pool.get(launcher, python, {"PATH": "/usr/bin:/bin", "K": "1"}, ["json"]) is first
-        third = pool.get(launcher, python, {"PATH": "/usr/bin:/bin", "K": "3"}, ["json"])
+        assert process("1") is first
+        third = process("3")
         assert pool.processes() == [first, third]  # the second was idle the longest
         assert second.dead
         assert not second.root.exists()
@@ -638,18 +641,13 @@ def test_the_pools_limit_is_hard_a_grading_over_it_goes_cold() -> None:
     """With every process in use (none idle), another environment's grading gets no process
     (WarmUnavailable: graded cold), however many ask at once; once one is idle, it is closed
     and the new environment gets its place."""
-    if bwrap.probe() is not None:
-        pytest.skip(str(bwrap.probe()))
     from concurrent.futures import ThreadPoolExecutor
 
-    scratch = config.scratch_dir()
-    python = str(config.task_python())
-    launcher = BwrapExecutor(SandboxConfig(backend="bwrap"), scratch)
-    pool = WarmPool(scratch, limit=2, idle_s=3600)
+    pool, process = _small_pool(idle_s=3600)
 
     def get(k: str) -> WarmProcess | str:
         try:
-            return pool.get(launcher, python, {"PATH": "/usr/bin:/bin", "K": k}, ["json"])
+            return process(k)
         except WarmUnavailable as exc:
             return str(exc)
 
