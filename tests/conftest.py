@@ -196,8 +196,8 @@ def host_lock(
 
 
 #: Tests that share one exclusive resource run on one xdist worker, one after another (``make
-#: test`` runs ``pytest -n 3 --dist loadgroup``): the Docker engine and the images the session
-#: builds; Ray (a cluster per test, on Ray's fixed ports).
+#: test`` runs the tests not marked exclusive with ``pytest -n 3 --dist loadgroup``): the Docker
+#: engine and the images the session builds; Ray (a cluster per test, on Ray's fixed ports).
 _GROUPS = {"docker": "docker", "test_ray.py": "ray"}
 
 
