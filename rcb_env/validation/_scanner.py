@@ -42,7 +42,7 @@ class Scanner:
         short = self.min_chars
         sha256 = hashlib.sha256
         for line in dict.fromkeys(ln for ln in text.splitlines() if len(ln) >= short):
-            n = " ".join(line.split())
+            n = norm(line)
             if len(n) < short:
                 continue
             h = sha256(n.encode()).digest()[:16]

@@ -59,7 +59,11 @@ def candidates(paper: Paper, snippet: Snippet) -> Iterator[tuple[str, str]]:
         yield from ATTACKS.items()
 
 
-def _grade(graders: dict[str, Grader], case: tuple[Paper, Snippet, str, str]) -> GradeResult:
+Case = tuple[Paper, Snippet, str, str]
+"""A paper, one of its snippets, a candidate's name and its body."""
+
+
+def _grade(graders: dict[str, Grader], case: Case) -> GradeResult:
     paper, snippet, _, body = case
     return graders[paper.id].grade(paper, snippet, body)
 
@@ -122,16 +126,11 @@ def _timed_out(r: GradeResult) -> bool:
     return r.timed_out or r.kind is FailureKind.TIMEOUT
 
 
-Case = tuple[Paper, Snippet, str, str]
-"""A paper, one of its snippets, a candidate's name and its body."""
-
-
 def _grade_on(
     factories: dict[bool, SandboxFactory], cfg: GradingConfig, warm: bool, case: Case
 ) -> GradeResult:
-    paper = case[0]
-    grader = Grader(cfg, executor=factories[warm].grading_executor(paper))
-    return _grade({paper.id: grader}, case)
+    paper, snippet, _, body = case
+    return Grader(cfg, executor=factories[warm].grading_executor(paper)).grade(paper, snippet, body)
 
 
 def regrade_timeouts(
@@ -158,7 +157,7 @@ def regrade_timeouts(
 
 
 def _judge(
-    cases: list[tuple[Paper, Snippet, str, str]],
+    cases: list[Case],
     cold_results: list[GradeResult],
     warm_results: list[GradeResult],
     seconds: dict[bool, float],
