@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rcb_env.sandbox.docker import LABEL_OWNER, list_containers, owner_label
+from rcb_env.sandbox.docker import LABEL_OWNER, LABEL_ROLE, list_containers, owner_label
 
 
 def engine_socket() -> str:
@@ -78,6 +78,19 @@ class EngineProxy:
             self.up()
 
         threading.Thread(target=back, daemon=True).start()
+
+    def restart_when_grading(self, outage_s: float, limit_s: float = 120.0) -> bool:
+        """Restart (as :meth:`restart`) as soon as one of our grading containers (a cold
+        grading's, or a warm grading process's) is running. False if none ran in ``limit_s``."""
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            for c in our_containers(self.upstream):
+                role = (c.get("Labels") or {}).get(LABEL_ROLE)
+                if c.get("State") == "running" and role in ("grading", "warm-grading"):
+                    self.restart(outage_s)
+                    return True
+            time.sleep(0.02)
+        return False
 
     def close(self) -> None:
         self.down()

@@ -341,11 +341,17 @@ def test_an_engine_restart_mid_run_is_infrastructure_then_retried(
     assert infra, "the restart must have hit an episode"
     assert infra[0].snippet_id == _DOCKER_SNIPPETS[1]
     for r in infra:
-        assert r.infra_error is not None
-        assert r.infra_error.stage == "sandbox"
-        message = r.infra_error.message
-        assert message.startswith("docker: ")
-        assert "the engine is unreachable" in message or "container is exited" in message
+        err = r.infra_error
+        assert err is not None
+        seen = f"{r.snippet_id} (attempt {r.attempt}): {err}"
+        if err.stage == "sandbox":  # the episode's container, or the engine, went away
+            assert err.message.startswith("docker: "), seen
+            assert any(
+                s in err.message for s in ("the engine is unreachable", "container is exited")
+            ), seen
+        else:  # a grading the restart hit: its container killed, or no engine to start one
+            assert (err.stage, err.type) in {("tests", "sandbox"), ("tests", "killed")}, seen
+            assert err.type == "killed" or err.message.startswith("docker: "), seen
     # every one of them ran again after the engine was back, and passed: nothing was scored 0
     assert summary.infra_errors == 0
     assert summary.overall is not None
@@ -353,6 +359,42 @@ def test_an_engine_restart_mid_run_is_infrastructure_then_retried(
     assert len(records) == len(_DOCKER_SNIPPETS) + len(infra)
     assert our_containers() == []
     assert live_processes("docker exec -i", settle_s=5) == []
+
+
+@pytest.mark.slow
+def test_an_engine_restart_during_grading_is_infrastructure_then_retried(
+    proxy: EngineProxy, docker_images: str, tmp_path: Path
+) -> None:
+    """The restart comes while the submitted body is being graded (its grading container, warm
+    or cold, is running): the grading's own infrastructure failure (stage ``tests``), never a
+    failed test or a reward, and the retry passes."""
+    snippets = _DOCKER_SNIPPETS[:2]
+    pset = select_snippets(load(bundled_root(), papers={"adamw-warmup"}), snippets)
+    hit = threading.Event()
+
+    def restart_in_grading() -> None:
+        if proxy.restart_when_grading(outage_s=3.0):
+            hit.set()
+
+    FAULTS[snippets[0]] = restart_in_grading
+    run_dir = tmp_path / "run"
+    summary = run_eval(
+        pset, _docker_cfg(docker_images), run_dir, infra_retries=1, retry_delay_s=4.0
+    )
+    assert hit.is_set(), "the restart must have come during a grading"
+    records = read_records(run_dir / "episodes.jsonl")
+    first = records[0]
+    # recorded as the infrastructure's, not the body's: excluded from the scores (below)
+    assert (first.snippet_id, first.status) == (snippets[0], "infra_error"), first.grade
+    assert first.grade is not None and first.grade.is_infra_error
+    err = first.infra_error
+    assert err is not None
+    assert (err.stage, err.type) in {("tests", "sandbox"), ("tests", "killed")}, err
+    assert err.type == "killed" or err.message.startswith("docker: "), err
+    assert summary.infra_errors == 0
+    assert summary.overall is not None
+    assert (summary.overall.scaled, summary.overall.snippets) == (100.0, len(snippets))
+    assert our_containers() == []
 
 
 @pytest.mark.slow
