@@ -386,7 +386,8 @@ def test_an_engine_restart_during_grading_is_infrastructure_then_retried(
     first = records[0]
     # recorded as the infrastructure's, not the body's: excluded from the scores (below)
     assert (first.snippet_id, first.status) == (snippets[0], "infra_error"), first.grade
-    assert first.grade is not None and first.grade.is_infra_error
+    assert first.grade is not None
+    assert first.grade.is_infra_error
     err = first.infra_error
     assert err is not None
     assert (err.stage, err.type) in {("tests", "sandbox"), ("tests", "killed")}, err
