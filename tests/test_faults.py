@@ -49,6 +49,13 @@ def test_classify_kills_by_cause() -> None:
     assert (own_limit[0], own_limit[1]) == (Outcome.FAILED, FailureKind.MEMORY_LIMIT)
     host = classify(_STARTED, ExecResult(exit_code=137, host_oom=True), ())
     assert (host[0], host[1]) == (Outcome.INFRA_ERROR, FailureKind.HOST_OOM)
+    # the host's OOM killer before the runner started (the interpreter's start-up, under
+    # pressure): the same cause, so retried as such, not a crash of the runner
+    early = classify([], ExecResult(exit_code=137, host_oom=True), ())
+    assert (early[0], early[1]) == (Outcome.INFRA_ERROR, FailureKind.HOST_OOM)
+    assert "before the runner started" in early[2]
+    crashed = classify([], ExecResult(exit_code=1, stderr="boom"), ())
+    assert (crashed[0], crashed[1]) == (Outcome.INFRA_ERROR, FailureKind.RUNNER_CRASH)
     # a normal exit status above 128 after the program finished is not a kill
     done: list[dict[str, Any]] = [*_STARTED, {"event": "done", "code": 0}]
     assert classify(done, ExecResult(exit_code=137), ())[1] is FailureKind.NONZERO_EXIT

@@ -79,6 +79,14 @@ def classify(
     if run.timed_out:
         return Verdict(Outcome.FAILED, FailureKind.TIMEOUT, "killed at the wall-clock limit", tests)
     if not started:
+        if run.host_oom:  # the host's OOM killer, before the runner could start: retried
+            return Verdict(
+                Outcome.INFRA_ERROR,
+                FailureKind.HOST_OOM,
+                "killed by the kernel's OOM killer before the runner started, although the "
+                "sandbox's memory limit was not reached: memory ran out outside the sandbox",
+                tests,
+            )
         return Verdict(
             Outcome.INFRA_ERROR,
             FailureKind.RUNNER_CRASH,
