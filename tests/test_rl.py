@@ -17,7 +17,7 @@ from rcb_agents.testing import Reply, ScriptedModelServer
 from rcb_env import config
 from rcb_env.errors import SandboxError
 from rcb_env.grading import GradingConfig
-from rcb_env.rl import PolicyOutput, RolloutConfig, rollout, rollout_group
+from rcb_env.rl import PolicyOutput, RolloutConfig, rollout, rollout_group, shared
 from rcb_env.rl.trajectory import ModelTurn, token_views
 from rcb_env.sandbox import SandboxConfig, register_backend
 from rcb_env.task import bundled_root, load
@@ -32,6 +32,15 @@ CFG = RolloutConfig(grading=GradingConfig(python=config.task_python(), timeout_s
 def task() -> tuple[Paper, Snippet]:
     paper = load(bundled_root()).paper("adamw-warmup")
     return paper, paper.snippet("bias correction")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_shared() -> Any:
+    """Each test starts as a fresh process would: rollouts without a factory use the process's
+    shared factories, so one test's templates and warm processes would be the next one's."""
+    shared.close_shared()
+    yield
+    shared.close_shared()
 
 
 def _bwrap() -> SandboxConfig:
@@ -201,6 +210,46 @@ def test_reuse_mode_resets_one_sandbox_and_checks_it_is_pristine(
     for t in g.trajectories:
         assert "leftover.txt" not in t.steps[0].observation  # the previous sample's file is gone
         assert (t.status, t.reward) == ("completed", 0.0)
+
+
+def test_rollouts_without_a_factory_share_the_processs_template_and_warm_process(
+    task: tuple[Paper, Snippet], require_bwrap: None
+) -> None:
+    """Concurrent groups (and single rollouts) of one paper, each given only a sandbox setting,
+    prepare its template once and hold one warm grading process between them, kept for the
+    next rollout, as the trainer adapters' environments do."""
+    paper, snippet = task
+
+    def script(n: int, turn: int) -> tuple[str, dict[str, Any]]:
+        return ("submit", {})
+
+    async def three_groups() -> list[Any]:
+        return list(
+            await asyncio.gather(
+                *(
+                    rollout_group(
+                        paper, snippet, ScriptedPolicy(script), 2, config=CFG, sandbox=_bwrap()
+                    )
+                    for _ in range(3)
+                )
+            )
+        )
+
+    groups = asyncio.run(three_groups())
+    assert all(t.reward == 0.0 for g in groups for t in g.trajectories)
+    factory = shared.shared_factory(_bwrap())
+    assert factory.prepared(paper, snippet)  # the process's, not one closed with its group
+    assert shared.warm_processes() == 1  # 3 groups x 2 gradings of one paper: one process
+    again = asyncio.run(
+        rollout_group(paper, snippet, ScriptedPolicy(script), 2, config=CFG, sandbox=_bwrap())
+    )
+    assert again.templates_prepared == 0  # the template was already there
+    one = asyncio.run(rollout(paper, snippet, ScriptedPolicy(script), config=CFG,
+                              sandbox=_bwrap()))  # fmt: skip
+    assert one.reward == 0.0
+    assert shared.warm_processes() == 1
+    shared.close_shared()
+    assert shared.warm_processes() == 0
 
 
 @pytest.fixture

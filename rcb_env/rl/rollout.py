@@ -37,6 +37,7 @@ from rcb_env.episode.outcome import EpisodeOutcome, StopReason
 from rcb_env.errors import InfraError, InfrastructureError
 from rcb_env.grading.grader import GradingConfig
 from rcb_env.rl.policy import ContextLengthError, Policy, PolicyOutput
+from rcb_env.rl.shared import shared_factory
 from rcb_env.rl.trajectory import (
     ModelTurn,
     RolloutStop,
@@ -378,35 +379,32 @@ async def rollout(
     """One episode of ``snippet`` driven by ``policy``. Infrastructure failures are retried in a
     fresh sandbox (``config.retries``); when none succeeds, the trajectory has no reward.
 
-    ``factory`` (shared by a group: one template) or ``sandbox`` (a factory of its own) says
-    where the sandboxes come from; ``env_maker`` (given the episode's id, an episode already
-    started) overrides both (``rollout_group``'s reuse mode).
+    ``factory`` says where the sandboxes come from; without it, the process's shared factory
+    for ``sandbox`` (:func:`rcb_env.rl.shared.shared_factory`: one template per snippet and one
+    warm-grading pool for every rollout and environment of the process, closed by
+    :func:`~rcb_env.rl.shared.close_shared` or at exit). ``env_maker`` (given the episode's id,
+    an episode already started) overrides both (``rollout_group``'s reuse mode).
     """
     cfg = config or RolloutConfig()
     tools = openai_tools()
-    own = factory is None and env_maker is None
-    fac = factory or (SandboxFactory(sandbox) if env_maker is None else None)
+    fac = factory or (shared_factory(sandbox) if env_maker is None else None)
     errors: list[InfraError] = []
     group = group_id or f"{snippet.slug[:32]}-{secrets.token_hex(4)}"
     attempt: _Attempt | None = None
-    try:
-        for n in range(cfg.retries + 1):
-            episode_id = f"{group}-s{sample}-a{n}"
-            if env_maker is not None:
-                env = await env_maker(episode_id)
-            else:
-                assert fac is not None
-                env = AsyncRcbEnv(cfg.episode(paper, snippet, fac, episode_id), executor)
-            try:
-                attempt = await _attempt(env, policy, cfg, tools)
-            finally:
-                await env.close()
-            if attempt.error is None:
-                break
-            errors.append(attempt.error)
-    finally:
-        if own and fac is not None:
-            await asyncio.to_thread(fac.close)
+    for n in range(cfg.retries + 1):
+        episode_id = f"{group}-s{sample}-a{n}"
+        if env_maker is not None:
+            env = await env_maker(episode_id)
+        else:
+            assert fac is not None
+            env = AsyncRcbEnv(cfg.episode(paper, snippet, fac, episode_id), executor)
+        try:
+            attempt = await _attempt(env, policy, cfg, tools)
+        finally:
+            await env.close()
+        if attempt.error is None:
+            break
+        errors.append(attempt.error)
     assert attempt is not None
     outcome = attempt.outcome
     scored = attempt.error is None and outcome is not None
@@ -503,10 +501,11 @@ async def rollout_group(
 ) -> Group:
     """``k`` samples of ``snippet``: concurrently, each in its own sandbox from one template
     (``fresh``), or one after another in one sandbox reset between samples (``reuse``), each
-    reset checked against the template."""
+    reset checked against the template. Without ``factory``, the process's shared factory for
+    ``sandbox``, as :func:`rollout`."""
     cfg = config or RolloutConfig()
     group = group_id or f"{snippet.slug[:32]}-{secrets.token_hex(4)}"
-    fac = factory or SandboxFactory(sandbox)
+    fac = factory or shared_factory(sandbox)
     before = fac.prepared(paper, snippet)
     checks: list[bool] = []
     replaced: list[Trajectory] = []
@@ -584,8 +583,6 @@ async def rollout_group(
             finally:
                 await asyncio.get_running_loop().run_in_executor(pool, shared.close)
     finally:
-        if factory is None:
-            await asyncio.to_thread(fac.close)
         pool.shutdown(wait=True)
     return Group(
         group_id=group,
