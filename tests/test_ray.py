@@ -406,32 +406,49 @@ def test_a_job_waiting_for_a_slot_is_not_late(
     require_bwrap: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Three groups on one sandbox slot, each well within its deadline but not three in a row:
-    each is handed to Ray when the slot is free, so the watchdog times each from its start."""
+    each is handed to Ray when the slot is free, so the watchdog times each from its start.
+
+    The deadline is measured, not guessed (a loaded machine slows a job several times over):
+    two jobs run first, and the second's time on the slot (Ray's worker already started) is
+    one job's time; each of the three then gets twice that. Timed from the start of the first,
+    the third would need about three times it."""
     from rcb_env.episode.driver import BudgetConfig
     from rcb_env.runner import ray_runner
     from rcb_env.runner.eval import task_hash
     from rcb_env.runner.ray_runner import EvalGroup, RayDispatcher, TaskRef
 
-    monkeypatch.setattr(ray_runner, "WATCHDOG_MARGIN_S", 0.0)
     snippet = _snippets(1).snippets[0]
     cfg = _cfg("rcb_env.testing:SleepThenSubmit").model_copy(
         update={
-            "budgets": BudgetConfig(max_wall_s=8.0),
-            "grading": GradingConfig(python=config.task_python(), timeout_s=4.0),
+            "budgets": BudgetConfig(max_wall_s=60.0),
+            "grading": GradingConfig(python=config.task_python(), timeout_s=30.0),
         }
     )
     task = TaskRef(str(bundled_root()), None, "adamw-warmup", snippet.name, task_hash(snippet))
-    jobs = [EvalGroup(task, (i,), cfg, f"queued{i}") for i in range(3)]
-    assert jobs[0].deadline_s() == 12.0  # an episode sleeps 3 s, then is graded
     failures: list[str] = []
     records: list[Any] = []
+    done_at: list[float] = []
+
+    def done(_job: Any, result: list[Any]) -> None:
+        records.extend(result)
+        done_at.append(time.monotonic())
+
     dispatcher = RayDispatcher("local", jobs=1)
     try:
-        dispatcher.run(jobs, lambda _j, r: records.extend(r), lambda _j, why: failures.append(why))
+        calibration = [EvalGroup(task, (i,), cfg, f"calibration{i}") for i in (8, 9)]
+        dispatcher.run(calibration, done, lambda _j, why: failures.append(why))
+        assert (failures, len(done_at)) == ([], 2)
+        one = done_at[1] - done_at[0]
+        deadline = 2 * one
+        # The watchdog's deadline is the budgets plus its margin: the margin makes it `deadline`.
+        monkeypatch.setattr(ray_runner, "WATCHDOG_MARGIN_S", deadline - 90.0)
+        jobs = [EvalGroup(task, (i,), cfg, f"queued{i}") for i in range(3)]
+        assert jobs[0].deadline_s() == pytest.approx(deadline)
+        dispatcher.run(jobs, done, lambda _j, why: failures.append(why))
     finally:
         dispatcher.close()
-    assert failures == []
-    assert len(records) == 3
+    assert failures == [], (one, [t - done_at[1] for t in done_at[2:]])
+    assert len(records) == 5
 
 
 def test_a_cluster_without_sandbox_slots_is_a_clear_error_of_every_command(
