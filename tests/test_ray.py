@@ -440,9 +440,11 @@ def test_a_job_waiting_for_a_slot_is_not_late(
         assert (failures, len(done_at)) == ([], 2)
         one = done_at[1] - done_at[0]
         deadline = 2 * one
-        # The watchdog's deadline is the budgets plus its margin: the margin makes it `deadline`.
-        monkeypatch.setattr(ray_runner, "WATCHDOG_MARGIN_S", deadline - 90.0)
         jobs = [EvalGroup(task, (i,), cfg, f"queued{i}") for i in range(3)]
+        # The watchdog's deadline is the budgets plus its margin: the margin makes it `deadline`.
+        monkeypatch.setattr(ray_runner, "WATCHDOG_MARGIN_S", 0.0)
+        budgets = jobs[0].deadline_s()
+        monkeypatch.setattr(ray_runner, "WATCHDOG_MARGIN_S", deadline - budgets)
         assert jobs[0].deadline_s() == pytest.approx(deadline)
         dispatcher.run(jobs, done, lambda _j, why: failures.append(why))
     finally:
