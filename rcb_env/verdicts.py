@@ -37,6 +37,10 @@ class FailureKind(StrEnum):
     """The process ended before the test program finished (``os._exit``, ``sys.exit``)."""
     MISSING_TESTS = "missing_tests"
     """Fewer tests passed than the file defines (skipped, never run, or not reported)."""
+    POLICY = "policy"
+    """The body reaches for the interpreter's machinery instead of computing (reflection, the
+    test framework's control flow, a value that decides its own comparisons, a shared library
+    rebound): refused before it runs (:mod:`rcb_env.grading.policy`)."""
     TAMPERING = "tampering"
     """The report channel was written by someone else, or a callable the verdict depends on
     (unittest, builtins, the tests, comparison functions) was replaced."""

@@ -50,13 +50,21 @@ def hacks_cmd(
 ) -> None:
     """Grade the reward-hack suite on this backend: every attack must score 0, the host must be
     unchanged and the reference must still pass afterwards (exit 1 if not)."""
-    from rcb_env.validation.hacks import TARGET, chosen, host_state, leftovers, run_hacks
+    from rcb_env.validation.hacks import (
+        TARGET,
+        chosen,
+        host_state,
+        leftovers,
+        run_hacks,
+        target_of,
+    )
 
     try:
         attacks = chosen(attack_names)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--attack") from None
-    paper = loader.load(loader.bundled_root()).paper(TARGET[0])
+    pset = loader.load(loader.bundled_root())
+    paper = pset.paper(TARGET[0])
     snippet = paper.snippet(TARGET[1])
     sandbox_cfg = _sandbox_config(sandbox, base, cgroup_limits=cgroup_limits, grading=grading)
     factory = SandboxFactory(sandbox_cfg)
@@ -65,15 +73,27 @@ def hacks_cmd(
     own_ray: bool | None = None
     try:
         own_ray = _join_ray(ray_address)
-        grader = Grader(GradingConfig(timeout_s=timeout), executor=factory.grading_executor(paper))
-        # The environment as it stands before any attack (with warm grading, its warm
-        # process): what the attacks leave is measured against that.
-        grader.grade(paper, snippet, snippet.reference_body)
+        graders: dict[str, Grader] = {}
+
+        def grader_for(target: Any) -> Grader:
+            if target.id not in graders:
+                graders[target.id] = Grader(
+                    GradingConfig(timeout_s=timeout), executor=factory.grading_executor(target)
+                )
+            return graders[target.id]
+
+        grader = grader_for(paper)
+        # The environment as it stands before any attack (with warm grading, the warm process
+        # of each paper attacked): what the attacks leave is measured against that.
+        for paper_id, snippet_name in sorted({target_of(name) for name in attacks}):
+            target = pset.paper(paper_id)
+            reference = target.snippet(snippet_name).reference_body
+            grader_for(target).grade(target, target.snippet(snippet_name), reference)
         before = host_state(factory)
         if ray_address is not None:
-            results = _hacks_on_ray(paper, snippet, sandbox_cfg, timeout, attacks)
+            results = _hacks_on_ray(sandbox_cfg, timeout, attacks)
         else:
-            results = run_hacks(paper, snippet, grader, attacks)
+            results = run_hacks(pset, grader_for, attacks)
         left = leftovers(before, factory)
         # the next episode is clean: the honest answer still passes, in a fresh sandbox
         after = grader.grade(paper, snippet, snippet.reference_body)
@@ -84,7 +104,7 @@ def hacks_cmd(
 
             ray_runner.disconnect(own_ray)
     table = Table(title=f"Reward hacks on {factory.backend}: {TARGET[0]}/{TARGET[1]}")
-    for col in ("attack", "official rule", "rcb-env", "why"):
+    for col in ("attack", "official rule", "rcb-env", "why", "run-time guards alone"):
         table.add_column(col)
     for r in results:
         table.add_row(
@@ -92,6 +112,7 @@ def hacks_cmd(
             "[red]pass[/red]" if r.official_pass else "fail",
             "[red]PASS[/red]" if r.passed else ("[red]excluded[/red]" if r.excluded else "0"),
             r.detail if r.detail.startswith(r.kind) else f"{r.kind}: {r.detail}",
+            "" if r.runtime is None else r.runtime,
         )
     out.print(table)
     beaten = [r.attack for r in results if r.passed or r.excluded]
@@ -125,20 +146,25 @@ def _join_ray(address: str | None) -> bool | None:
     return ray_runner.connect(address, jobs=os.cpu_count() or 1)
 
 
-def _hacks_on_ray(
-    paper: Any, snippet: Any, sandbox_cfg: Any, timeout: float, attacks: dict[str, str]
-) -> list[Any]:
-    """Each attack graded as a Ray job (connected first; the same verdicts as a local run)."""
+def _hacks_on_ray(sandbox_cfg: Any, timeout: float, attacks: dict[str, str]) -> list[Any]:
+    """Each attack graded as a Ray job (connected first; the same verdicts as a local run),
+    those of one target snippet together."""
     from rcb_env.runner import ray_runner
     from rcb_env.task import loader as task_loader
-    from rcb_env.validation.hacks import HackResult
+    from rcb_env.validation.hacks import HackResult, target_of
 
-    graded = ray_runner.grade_on_ray(
-        str(task_loader.bundled_root()),
-        paper.id,
-        snippet.name,
-        list(attacks.values()),
-        sandbox_cfg,
-        GradingConfig(timeout_s=timeout),
-    )
-    return [HackResult.of(name, r) for name, r in zip(attacks, graded, strict=True)]
+    by_target: dict[tuple[str, str], list[str]] = {}
+    for name in attacks:
+        by_target.setdefault(target_of(name), []).append(name)
+    rows = {}
+    for (paper_id, snippet_name), names in by_target.items():
+        graded = ray_runner.grade_on_ray(
+            str(task_loader.bundled_root()),
+            paper_id,
+            snippet_name,
+            [attacks[n] for n in names],
+            sandbox_cfg,
+            GradingConfig(timeout_s=timeout),
+        )
+        rows.update({n: HackResult.of(n, r) for n, r in zip(names, graded, strict=True)})
+    return [rows[n] for n in attacks]

@@ -53,12 +53,9 @@ import threading
 import traceback
 import types
 import unittest
-from collections.abc import Callable
 from typing import Any
 
-_report_fd = -1
 _main_calls = 0
-_seq = [0]
 #: (st_dev, st_ino) of the files tested code must not touch, and their paths
 _protected_ids: set[tuple[int, int]] = set()
 _protected_paths: set[str] = set()
@@ -87,14 +84,11 @@ _GUARDED_PATHS = {"open", "os.link", "os.symlink", "os.rename", "os.remove", "os
 _SPAWN = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn"}
 
 
-def _unsigned(_line: bytes) -> bytes:
-    raise RuntimeError("the report key was not read")
-
-
-_sign: Callable[[bytes], bytes] = _unsigned
+#: The candidate's lines in its file (1-based, inclusive; from the host's ``span`` line in the
+#: protected list): a frame of the candidate's file executing one of these is the candidate's
+#: code. None: the whole file counts.
+_span: list[tuple[int, int]] = []
 _MISSING = object()
-#: (label, object, only these names or None, snapshot: name -> (value, code object or None))
-_watched: list[tuple[str, Any, tuple[str, ...] | None, dict[str, tuple[Any, Any]]]] = []
 _WATCHED_LIBS = ("numpy", "numpy.testing", "torch", "torch.testing", "math", "cmath")
 _LIB_NAMES = (
     "allclose",
@@ -127,17 +121,10 @@ EV_SCRIPT_ERROR = "script_error"
 EV_DONE = "done"
 
 
-def _make_signer(key: bytes) -> Callable[[bytes], bytes]:
-    def sign(line: bytes) -> bytes:
-        return hmac.new(key, line, hashlib.sha256).hexdigest().encode()
-
-    return sign
-
-
 def _emit(event: dict[str, Any]) -> None:
-    _seq[0] += 1
-    line = json.dumps(dict(event, seq=_seq[0])).encode("utf-8", "replace")
-    os.write(_report_fd, _sign(line) + b" " + line + b"\n")
+    """Hand one event to the vault (:func:`_install_vault`), which numbers, signs and writes it
+    if it came from here, from the runner's own code, at a moment it may be said."""
+    sys.audit(_EMIT, json.dumps(event))
 
 
 def _is_protected(path: Any) -> bool:
@@ -174,9 +161,23 @@ def _refused(what: Any) -> PermissionError:
     return PermissionError(f"rcb-env: {what} is off limits to the code under test")
 
 
+def _process_memory(path: Any) -> bool:
+    """Is ``path`` a process's memory (``/proc/<pid>/mem`` and the like), by any spelling?"""
+    if not isinstance(path, (str, bytes)):
+        return False
+    try:
+        real = os.path.realpath(os.fsdecode(path))
+    except (TypeError, ValueError):
+        return False
+    parts = real.split("/")
+    return len(parts) >= 4 and parts[1] == "proc" and parts[-1] in ("mem", "pagemap")
+
+
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     if _bypass[0]:
         return
+    if event == "open" and _process_memory(args[0]) and _candidate_running():
+        raise _refused(args[0])  # writing its own memory would undo every check
     if event in _GUARDED_PATHS:
         if event != "open" and _holds_protected(args[0]):
             raise _refused(args[0])  # moving a folder would move the files under our check
@@ -282,9 +283,26 @@ def _guard(here: str, test_file: str, candidate: str, declared: list[str]) -> No
     if hasattr(sys, "addaudithook"):
         sys.addaudithook(_audit)
     builtins.__import__ = _import
+    builtins.__build_class__ = _build_class  # type: ignore[assignment]
 
 
 _original_import = builtins.__import__
+_original_build_class = builtins.__build_class__
+
+
+def _build_class(func: Any, name: str, *bases: Any, **kwargs: Any) -> Any:
+    """``class`` statements: one of the candidate's code may not define how its values
+    compare, convert or dispatch (a value that lies to the tests' comparisons)."""
+    cls = _original_build_class(func, name, *bases, **kwargs)
+    if isinstance(cls, type):
+        own = type.__dict__["__dict__"].__get__(cls)
+        told = sorted(n for n in _LYING if n in own)
+        if told and _candidate_frame(sys._getframe(1)):
+            raise TypeError(
+                f"rcb-env: a class of the code under test may not define {', '.join(told)} "
+                "(a value that decides its own comparisons)"
+            )
+    return cls
 
 
 def _import(
@@ -343,6 +361,126 @@ def _seal(test_module: Any = None) -> None:
     _sealed[0] = True
 
 
+# The vault --------------------------------------------------------------------------------
+#
+# Everything a verdict depends on (the report's key and descriptor, the sequence number, the
+# snapshots of what must not change, the test being run and whether its method returned) lives
+# in the closure of one audit hook, made by _install_vault before any tested code exists.
+# Python code cannot reach an audit hook (no API lists them, and the hook never calls the
+# tested code, so its frame is never below the tested code's), so it cannot reach the vault.
+# The runner talks to the vault only by raising audit events (_EMIT, _WATCH, ...); the vault
+# checks who raised each one (this file's code, by code object, with the candidate's code
+# nowhere on the stack, in the main thread) and ignores, or reports as tampering, the rest.
+# The same hook refuses the ways to a frame, the garbage collector's object lists, foreign
+# functions, new code objects and tracing to the candidate's code (and to library code it
+# calls directly): the ways to the vault's own frame, or to anything else's.
+
+_EMIT = "rcb-env.emit"
+_WATCH = "rcb-env.watch"
+_WATCH_ALL = "rcb-env.watch-modules"
+_CHECK = "rcb-env.check"
+_RETURNED = "rcb-env.returned"
+_STARTED = "rcb-env.started"
+_RUNNER_EVENTS = frozenset({_EMIT, _WATCH, _WATCH_ALL, _CHECK, _RETURNED, _STARTED})
+#: Events that hand out frames, every object, raw memory or new code: refused to the
+#: candidate's code and to whatever it calls directly.
+_INTROSPECTION = frozenset(
+    {
+        "sys._getframe",
+        "sys._current_frames",
+        "sys._current_exceptions",
+        "sys.settrace",
+        "sys.setprofile",
+        "sys.addaudithook",
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+        "code.__new__",
+        "function.__new__",
+        "compile",
+        "exec",
+    }
+)
+#: Attributes whose reading or writing the interpreter reports (object.__getattr__ /
+#: __setattr__), refused likewise: frames, code, and an object's class or a class's bases.
+_INTROSPECTION_ATTRIBUTES = frozenset(
+    {
+        "tb_frame",
+        "gi_frame",
+        "cr_frame",
+        "ag_frame",
+        "f_code",
+        "__code__",
+        "__class__",
+        "__bases__",
+        "__defaults__",
+        "__kwdefaults__",
+    }
+)
+#: Methods by which a value decides its own comparisons, conversions or array/tensor
+#: dispatch: a class of the candidate's code may not define them (a value that lies).
+_LYING = frozenset(
+    {
+        "__eq__",
+        "__ne__",
+        "__lt__",
+        "__le__",
+        "__gt__",
+        "__ge__",
+        "__bool__",
+        "__float__",
+        "__int__",
+        "__index__",
+        "__complex__",
+        "__abs__",
+        "__round__",
+        "__sub__",
+        "__rsub__",
+        "__torch_function__",
+        "__torch_dispatch__",
+        "__array_ufunc__",
+        "__array_function__",
+        "__array__",
+        "__array_wrap__",
+        "__array_priority__",
+        "__instancecheck__",
+        "__subclasscheck__",
+        "__getattribute__",
+    }
+)
+#: Library functions (by file name) that read their caller's frame for its module name or
+#: globals and never hand the frame out: called by the candidate directly, they are allowed.
+_FRAME_USERS = {
+    "__init__.py": ("namedtuple",),  # collections
+    "enum.py": ("_create_", "_convert_"),
+    "typing.py": ("_caller",),
+}
+_VALUE_TYPES: tuple[type, ...] = (
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    tuple,
+    list,
+    dict,
+    set,
+    frozenset,
+)
+_PLAIN_DATA = (int, float, complex, str, bytes, bool, type(None), tuple, list, dict, set, frozenset)
+
+
+def _candidate_frame(frame: Any) -> bool:
+    """Is ``frame`` executing the candidate's code: its file, at one of its lines?"""
+    code = frame.f_code
+    if code.co_filename not in _candidate_names:
+        return False
+    if not _span:
+        return True
+    line = frame.f_lineno or code.co_firstlineno
+    return any(lo <= line <= hi for lo, hi in _span)
+
+
 def _snapshot(obj: Any, names: tuple[str, ...] | None) -> dict[str, tuple[Any, Any]]:
     try:
         members = dict(vars(obj))
@@ -350,40 +488,300 @@ def _snapshot(obj: Any, names: tuple[str, ...] | None) -> dict[str, tuple[Any, A
         return {}
     if names is not None:
         members = {n: members[n] for n in names if n in members}
-    # Callables only: tests may legitimately change data (class attributes, caches).
-    return {
-        n: (v, getattr(v, "__code__", None))
-        for n, v in members.items()
-        if callable(v) or isinstance(v, (staticmethod, classmethod, types.ModuleType))
-    }
+    # Callables only: tests may legitimately change data (class attributes, caches). Types are
+    # compared, never the values' own methods (which the tested code may have written).
+    out = {}
+    for n, v in members.items():
+        kind = type(v)
+        if names is None and issubclass(kind, _PLAIN_DATA):
+            continue
+        if names is not None:
+            out[n] = (v, v.__code__ if kind is types.FunctionType else None)
+            continue
+        if callable(v) or issubclass(kind, (staticmethod, classmethod, types.ModuleType)):
+            out[n] = (v, v.__code__ if kind is types.FunctionType else None)
+    return out
+
+
+def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
+    """Make the vault (see above): the one audit hook that signs the report. ``streams``: the
+    descriptors whose identity must not change (the report's, the output's)."""
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    here = os.path.abspath(__file__)
+    emit_code = _emit.__code__
+    getframe = sys._getframe
+    fstat = os.fstat
+    write = os.write
+    loads = json.loads
+    dumps = json.dumps
+    main_thread = threading.main_thread()
+    current_thread = threading.current_thread
+    identities = {}
+    for label, fd in [*streams.items(), ("report", report_fd)]:
+        st = fstat(fd)
+        identities[label] = (fd, (st.st_dev, st.st_ino))
+    state: dict[str, Any] = {"seq": 0, "broken": False, "test": None, "returned": None}
+    closed = [False]
+    busy: set[int] = set()
+    #: (label, object, names, snapshot)
+    watched: list[tuple[str, Any, tuple[str, ...] | None, dict[str, tuple[Any, Any]]]] = []
+    modules_seen: set[int] = set()
+    #: classes deriving from a value type before the tested code could make any
+    known_classes: set[int] = set()
+    baseline: list[bool] = []
+    value_types: list[type] = list(_VALUE_TYPES)
+
+    def sign_and_write(event: dict[str, Any]) -> None:
+        fd, ident = identities["report"]
+        if state["broken"]:
+            return
+        try:
+            st = fstat(fd)
+        except OSError:
+            state["broken"] = True
+            return
+        if (st.st_dev, st.st_ino) != ident:
+            state["broken"] = True  # someone put their own file in its place: say nothing
+            return
+        state["seq"] += 1
+        line = dumps(dict(event, seq=state["seq"])).encode("utf-8", "replace")
+        h = mac.copy()
+        h.update(line)
+        write(fd, h.hexdigest().encode() + b" " + line + b"\n")
+
+    def tamper(where: str, what: list[str]) -> None:
+        sign_and_write({"event": EV_TAMPER, "where": where, "what": what[:20]})
+
+    def candidate_on_stack(frame: Any) -> bool:
+        while frame is not None:
+            if _candidate_frame(frame):
+                return True
+            frame = frame.f_back
+        return False
+
+    def subclasses(base: type) -> list[type]:
+        out: list[type] = []
+        todo = [base]
+        while todo:
+            cls = todo.pop()
+            try:
+                subs: list[type] = type.__subclasses__(cls)
+            except TypeError:
+                continue
+            for sub in subs:
+                if id(sub) not in seen_now:
+                    seen_now.add(id(sub))
+                    out.append(sub)
+                    todo.append(sub)
+        return out
+
+    seen_now: set[int] = set()
+
+    def value_classes() -> list[type]:
+        seen_now.clear()
+        out: list[type] = []
+        for base in value_types:
+            out += subclasses(base)
+        return out
+
+    def lying(cls: type) -> list[str]:
+        """The lying methods ``cls`` defines itself, if the candidate's code made them (or
+        they are no function at all: a builtin standing in for a method)."""
+        found = []
+        own = type.__dict__["__dict__"].__get__(cls)
+        for name in _LYING:
+            value = own.get(name, _MISSING)
+            if value is _MISSING or value is None:
+                continue
+            kind = type(value)
+            if kind is types.FunctionType:
+                code = value.__code__
+                if code.co_filename in _candidate_names and (
+                    not _span or any(lo <= code.co_firstlineno <= hi for lo, hi in _span)
+                ):
+                    found.append(name)
+            elif (
+                kind is types.BuiltinFunctionType or kind.__name__ == "partial"
+            ) and not library_class(cls, own):
+                found.append(name)  # a builtin standing in for a method (``__eq__ = id``)
+        return found
+
+    def library_class(cls: type, own: Any) -> bool:
+        """Is ``cls`` what a loaded module (not the candidate's) names at its qualified name?
+        A class the tested code made with ``type()`` is no module's."""
+        module_name = own.get("__module__")
+        module = sys.modules.get(module_name) if type(module_name) is str else None
+        origin = getattr(module, "__file__", None) if module is not None else None
+        if type(origin) is not str or os.path.abspath(origin) in _candidate_names:
+            return False
+        found: Any = module
+        for part in str(type.__dict__["__qualname__"].__get__(cls)).split("."):
+            found = getattr(found, part, None)
+        return found is cls
+
+    def watch(label: str, obj: Any, names: tuple[str, ...] | None) -> None:
+        snap = _snapshot(obj, names)
+        watched.append((label, obj, names, snap))
+        for name, (value, _code) in snap.items():
+            if isinstance(value, type) and value.__module__ == getattr(obj, "__name__", None):
+                watched.append((f"{label}.{name}", value, None, _snapshot(value, None)))
+
+    def watch_modules() -> None:
+        """Every module loaded so far (but the test program's own): what it binds to callables
+        and modules. A shared library function the reference uses must not change under it."""
+        for name, module in list(sys.modules.items()):
+            if id(module) in modules_seen or name == "__main__" or module is None:
+                continue
+            modules_seen.add(id(module))
+            origin = getattr(module, "__file__", None) or ""
+            if origin and os.path.abspath(origin) in _candidate_names:
+                continue  # the candidate's own module is its own
+            if type(getattr(module, "__dict__", None)) is dict:
+                watched.append((f"module {name}", module, None, _snapshot(module, None)))
+        for library, attrs in (("numpy", ("ndarray", "generic")), ("torch", ("Tensor",))):
+            loaded = sys.modules.get(library)
+            for attr in attrs:
+                base = getattr(loaded, attr, None) if loaded is not None else None
+                if isinstance(base, type) and base not in value_types:
+                    value_types.append(base)
+                    seen_now.clear()
+                    for cls in subclasses(base):
+                        known_classes.add(id(cls))
+        if not baseline:
+            baseline.append(True)
+            for cls in value_classes():
+                known_classes.add(id(cls))
+
+    def check(where: str) -> None:
+        moved = []
+        for label, obj, _names, snap in watched:
+            try:
+                now = dict(vars(obj))
+            except TypeError:
+                continue
+            for name, (value, code) in snap.items():
+                current = now.get(name, _MISSING)
+                if current is not value or (code is not None and current.__code__ is not code):
+                    moved.append(f"{label}.{name}")
+        for label, (fd, ident) in identities.items():
+            try:
+                st = fstat(fd)
+                same = (st.st_dev, st.st_ino) == ident
+            except OSError:
+                same = False
+            if not same:
+                moved.append(f"the {label} descriptor ({fd})")
+        for cls in value_classes():
+            if id(cls) in known_classes:
+                continue
+            told = lying(cls)
+            if told:
+                moved.append(
+                    f"a value type of the code under test that decides its own comparisons "
+                    f"({cls.__name__}: {', '.join(sorted(told))})"
+                )
+            else:
+                known_classes.add(id(cls))
+        if moved:
+            tamper(where, sorted(set(moved)))
+
+    def refuse_introspection(event: str, args: tuple[Any, ...]) -> None:
+        if event.startswith("object."):
+            if len(args) < 2 or args[1] not in _INTROSPECTION_ATTRIBUTES:
+                return
+        elif event in ("compile", "exec"):
+            pass
+        elif not (event in _INTROSPECTION or event.startswith("ctypes.")):
+            return
+        requester = getframe(2)  # who called the function that raised the event
+        if requester is None or requester.f_code.co_filename == here:
+            return
+        caller = requester.f_back
+        if event in ("compile", "exec"):
+            # Library code compiles on the candidate's behalf (namedtuple, dataclasses):
+            # only the candidate's own compile/exec is refused.
+            caller = None
+        elif requester.f_code.co_name in _FRAME_USERS.get(
+            os.path.basename(requester.f_code.co_filename), ()
+        ):
+            caller = None  # takes its caller's globals or name, never hands the frame out
+        if _candidate_frame(requester) or (
+            caller is not None and caller.f_code.co_filename != here and _candidate_frame(caller)
+        ):
+            what = event if not event.startswith("object.") else f"{event} {args[1]}"
+            raise PermissionError(f"rcb-env: {what} is off limits to the code under test")
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event not in _RUNNER_EVENTS and not (
+            event in _INTROSPECTION or event.startswith("object.") or event.startswith("ctypes.")
+        ):
+            return
+        me = threading.get_ident()
+        if me in busy:
+            return
+        busy.add(me)
+        try:
+            if event not in _RUNNER_EVENTS:
+                refuse_introspection(event, args)
+                return
+            if closed[0]:
+                return
+            requester = getframe(1)
+            ours = requester is not None and requester.f_code.co_filename == here
+            caller = requester.f_back if requester is not None else None
+            if event == _EMIT:
+                ours = ours and requester.f_code is emit_code
+                ours = ours and caller is not None and caller.f_code.co_filename == here
+            if not ours:
+                tamper("the code under test", [f"a {event} event raised by the tested code"])
+                return
+            if current_thread() is not main_thread or candidate_on_stack(requester):
+                tamper(
+                    "the code under test",
+                    [f"the runner's {event} called from the tested code or another thread"],
+                )
+                return
+            if event == _EMIT:
+                record = loads(args[0])
+                if (
+                    record.get("event") == EV_TEST
+                    and record.get("status") == "passed"
+                    and (record.get("id") != state["returned"] or state["test"] != record.get("id"))
+                ):
+                    record = dict(
+                        record,
+                        status="error",
+                        exc_type="EndedEarly",
+                        message="the test ended without its method returning and without "
+                        "a failure (the code under test ended it early)",
+                    )
+                sign_and_write(record)
+                if record.get("event") == EV_DONE:
+                    closed[0] = True
+            elif event == _STARTED:
+                state["test"], state["returned"] = args[0], None
+            elif event == _RETURNED:
+                if args[0] == state["test"]:
+                    state["returned"] = args[0]
+            elif event == _WATCH:
+                watch(*args)
+            elif event == _WATCH_ALL:
+                watch_modules()
+            elif event == _CHECK:
+                watch_modules()  # modules loaded since: from now on
+                check(args[0])
+        finally:
+            busy.discard(me)
+
+    sys.addaudithook(hook)
 
 
 def _watch(label: str, obj: Any, names: tuple[str, ...] | None = None) -> None:
-    snap = _snapshot(obj, names)
-    _watched.append((label, obj, names, snap))
-    for name, (value, _code) in snap.items():
-        if isinstance(value, type) and value.__module__ == getattr(obj, "__name__", None):
-            _watched.append((f"{label}.{name}", value, None, _snapshot(value, None)))
-
-
-def _tampered() -> list[str]:
-    moved = []
-    for label, obj, _names, snap in _watched:
-        try:
-            now = dict(vars(obj))
-        except TypeError:
-            continue
-        for name, (value, code) in snap.items():
-            current = now.get(name, _MISSING)
-            if current is not value or getattr(current, "__code__", None) is not code:
-                moved.append(f"{label}.{name}")
-    return moved
+    sys.audit(_WATCH, label, obj, names)
 
 
 def _check(where: str) -> None:
-    moved = _tampered()
-    if moved:
-        _emit({"event": EV_TAMPER, "where": where, "what": sorted(set(moved))[:20]})
+    sys.audit(_CHECK, where)
 
 
 def _describe(exc_info: tuple[Any, Any, Any]) -> dict[str, Any]:
@@ -426,12 +824,51 @@ def _logging_snapshot() -> Any:
     )
 
 
+def _completing(method: Any, test_id: str) -> Any:
+    """``method``, telling the vault when it returns: a test passes only if its method ran to
+    its end (an exception the test framework treats as "not a failure", raised by the tested
+    code, ends the method without that)."""
+
+    def ran_to_its_end(*args: Any, **kwargs: Any) -> Any:
+        value = method(*args, **kwargs)
+        sys.audit(_RETURNED, test_id)
+        return value
+
+    inner = getattr(method, "__func__", method)
+    for name in ("__unittest_skip__", "__unittest_skip_why__", "__unittest_expecting_failure__"):
+        if name in getattr(inner, "__dict__", {}):
+            setattr(ran_to_its_end, name, inner.__dict__[name])
+    ran_to_its_end.__name__ = getattr(inner, "__name__", "test")
+    ran_to_its_end.__doc__ = getattr(inner, "__doc__", None)
+    return ran_to_its_end
+
+
 class _ReportingResult(unittest.TextTestResult):
     def startTest(self, test: unittest.TestCase) -> None:
         _seal(sys.modules.get("__main__"))
         if "watch-logging" in _options:
             _logging_state[:] = [_logging_snapshot()]
+        test_id = _test_id(test)
+        sys.audit(_STARTED, test_id)
+        name = getattr(test, "_testMethodName", None)
+        method = getattr(test, name, None) if isinstance(name, str) else None
+        if method is not None:
+            vars(test)[name] = _completing(method, test_id)  # type: ignore[index]
         super().startTest(test)
+
+    def printErrorList(self, flavour: str, errors: Any) -> None:
+        """Each failure's test and exception type, not its message: what a failed assertion
+        says (the expected values) is the report's (a file the run cannot read), never the
+        run's own output, which the tested code could read or redirect."""
+        for test, err in errors:
+            last = str(err).strip().splitlines()[-1:] or [""]
+            kind = last[0].split(":", 1)[0].strip() or "Error"
+            self.stream.writeln(self.separator1)
+            self.stream.writeln(f"{flavour}: {self.getDescription(test)}")
+            self.stream.writeln(self.separator2)
+            self.stream.writeln("Traceback (most recent call last):")
+            self.stream.writeln("  (rcb-env: the traceback and message are in the grading report)")
+            self.stream.writeln(f"{kind}: see the grading report")
 
     def stopTest(self, test: unittest.TestCase) -> None:
         super().stopTest(test)
@@ -514,7 +951,8 @@ def _main(
     else:
         names = [defaultTest] if isinstance(defaultTest, str) else list(defaultTest)
         suite = loader.loadTestsFromNames(names, module)
-    runner = testRunner or unittest.TextTestRunner(stream=sys.stderr, verbosity=verbosity)
+    stream: Any = _output[0] if _output else sys.stderr
+    runner = testRunner or unittest.TextTestRunner(stream=stream, verbosity=verbosity)
     if isinstance(runner, type):
         runner = runner(verbosity=verbosity)
     result = runner.run(suite)
@@ -555,20 +993,65 @@ def _imported_modules(path: str) -> list[str]:
     return names
 
 
-def run() -> int:
-    global _report_fd, _sign
-    test_file, report_path, key_path = sys.argv[1], sys.argv[2], sys.argv[3]
-    # The key leaves the disk before any code under test exists.
+class _GuardedStream:
+    """The test program's own output (unittest's progress and failure list): written to a
+    descriptor of the runner's, only while that descriptor is still what it was (the tested
+    code may have put a pipe of its own in its place, to read what the tests say)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        st = os.fstat(fd)
+        self.identity = (st.st_dev, st.st_ino)
+
+    def write(self, text: str) -> int:
+        try:
+            st = os.fstat(self.fd)
+            if (st.st_dev, st.st_ino) == self.identity:
+                os.write(self.fd, text.encode("utf-8", "replace"))
+        except OSError:
+            pass
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def writeln(self, text: str = "") -> None:
+        self.write(text + "\n")
+
+
+_output: list[_GuardedStream] = []
+
+
+def _start(report_path: str, key_path: str) -> None:
+    """Read the key (it leaves the disk before any code under test exists), open the report
+    and make the vault; none of it stays in a frame that outlives this call."""
     with open(key_path, "rb") as f:
-        _sign = _make_signer(f.read().strip())
+        key = f.read().strip()
     os.unlink(key_path)
+    report_fd = os.open(report_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    streams: dict[str, int] = {}
+    for label, fd in (("stdout", 1), ("stderr", 2)):
+        with contextlib.suppress(OSError):
+            st = os.fstat(fd)
+            streams[label] = fd
+            # Opened again by path (/proc/self/fd/N), a pipe gives its reading end.
+            _protected_ids.add((st.st_dev, st.st_ino))
+    with contextlib.suppress(OSError):
+        private = os.dup(2)
+        streams["test output"] = private
+        _output.append(_GuardedStream(private))
+    _install_vault(key, report_fd, streams)
+
+
+def run() -> int:
+    test_file, report_path, key_path = sys.argv[1], sys.argv[2], sys.argv[3]
+    _start(report_path, key_path)
     _close_keyrings()
     if len(sys.argv) >= 7:
         _limit(resource.RLIMIT_AS, int(sys.argv[4]))
         _limit(resource.RLIMIT_FSIZE, int(sys.argv[5]))
         _limit(resource.RLIMIT_CPU, int(sys.argv[6]))
         _limit(resource.RLIMIT_CORE, 0)
-    _report_fd = os.open(report_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     _emit({"event": EV_START, "pid": os.getpid(), "python": sys.version.split()[0]})
     here = os.getcwd()
     declared: list[str] = []
@@ -576,11 +1059,24 @@ def run() -> int:
         with open(sys.argv[8], encoding="utf-8") as f:
             declared = [line.rstrip("\n") for line in f if line.strip()]
         _options.update(d.split("\t", 1)[1] for d in declared if d.startswith("option\t"))
-        declared = [d for d in declared if not d.startswith("option\t")]
+        for line in declared:
+            if line.startswith("span\t"):
+                _lo, _hi = line.split("\t")[1:3]
+                _span.append((int(_lo), int(_hi)))
+        declared = [d for d in declared if not d.startswith(("option\t", "span\t"))]
     _guard(here, test_file, sys.argv[7] if len(sys.argv) >= 8 else "", declared)
     unittest.main = _main  # type: ignore[assignment]
     # Test files that build their own TextTestRunner still report through our result class.
     unittest.TextTestRunner.resultclass = _ReportingResult  # type: ignore[assignment]
+    # The one exception unittest swallows as "not a failure" (raised by its own failfast mode,
+    # which the runner never sets): now nothing is swallowed.
+    unittest.case._ShouldStop = ()  # type: ignore[attr-defined]
+    _watch("unittest.case names", unittest.case, ("_ShouldStop", "SkipTest", "_Outcome"))
+    _watch(
+        "sys streams and hooks",
+        sys,
+        ("stdout", "stderr", "__stdout__", "__stderr__", "excepthook", "unraisablehook"),
+    )
     # Snapshot what verdicts depend on, after our own changes and before any tested code runs.
     for name in (
         "unittest.case",
@@ -604,6 +1100,7 @@ def run() -> int:
             # A missing library is the test's problem, reported there.
             with contextlib.suppress(Exception):
                 _watch(name, importlib.import_module(name), _LIB_NAMES)
+    sys.audit(_WATCH_ALL)  # every module loaded so far, before the tested code exists
     sys.argv = [test_file]
     sys.path[0] = os.path.dirname(os.path.abspath(os.path.join(here, test_file)))
     code = 0

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rcb_env import config, envs
 from rcb_env.errors import GradingError, SandboxError
 from rcb_env.execution import ExecResult
+from rcb_env.grading import policy
 from rcb_env.grading.models import FailureKind, GradeResult, Outcome
 from rcb_env.grading.report import read_report
 from rcb_env.grading.verdict import classify
@@ -92,6 +93,11 @@ class GradingConfig(BaseModel):
     """A candidate that fails is scored only if the pristine paper passes in this environment;
     if the paper's own reference fails here (a download at test time, a missing package), the
     failure is the environment's: ``infra_error`` / ``reference_fails``, never a 0."""
+    candidate_policy: bool = True
+    """Refuse, before running it, a body that uses the interpreter's reflection, the test
+    framework's control flow, a value that decides its own comparisons or rebinds what it
+    imported (:mod:`rcb_env.grading.policy`; no published reference, bundled task or mutant is
+    refused). Off only to test the run-time guards alone."""
     kill_retries: int = Field(default=2, ge=0)
     """Extra runs after a run was killed from outside: by the host's OOM killer (any run), or
     by any signal neither rcb-env nor the sandbox's limits sent (the reference only: a candidate
@@ -186,6 +192,9 @@ class Grader:
         Raises:
             GradingError: the copy could not be prepared (disk full, pristine tree unreadable).
         """
+        refused = self._policy(paper, snippet, body)
+        if refused is not None:
+            return refused
         result = self._attempts(paper, snippet, body)
         health: GradeResult | None = None
         verify = (
@@ -225,6 +234,28 @@ class Grader:
                 )
         log.debug("graded", snippet=snippet.id, outcome=result.outcome, kind=result.kind)
         return result
+
+    def _policy(self, paper: Paper, snippet: Snippet, body: str) -> GradeResult | None:
+        """The candidate's failure if its body breaks the policy, else None (the reference is
+        trusted and never checked)."""
+        if not self.config.candidate_policy or body == snippet.reference_body:
+            return None
+        try:
+            text = (paper.root / snippet.file).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""
+        findings = policy.check(body, text, snippet.reference_body)
+        if not findings:
+            return None
+        shown = "; ".join(str(f) for f in findings[:5])
+        return GradeResult(
+            snippet_id=snippet.id,
+            outcome=Outcome.FAILED,
+            kind=FailureKind.POLICY,
+            detail=f"refused before running: the body {shown}",
+            official_pass=False,
+            grading_path="policy",
+        )
 
     def prewarm(self, paper: Paper) -> bool:
         """Start ``paper``'s warm process now (meant for a background thread while other
@@ -313,9 +344,11 @@ class Grader:
                 shutil.copyfile(KEYRINGS_SOURCE, rcb / "keyrings.py")
                 key = secrets.token_hex(32).encode()
                 (rcb / "key").write_bytes(key)
+                lo, hi = self._candidate_lines(paper, snippet, folder)
                 # Everything hidden from the agent is guarded from the candidate while graded.
                 (rcb / "protected").write_text(
-                    "".join(f"{h}\n" for h in guard.removed)
+                    f"span\t{lo}\t{hi}\n"
+                    + "".join(f"{h}\n" for h in guard.removed)
                     + "".join(f"keep\t{h}\n" for h in guard.kept)
                     + "".join(f"option\t{o}\n" for o in guard.options)
                 )
@@ -343,6 +376,17 @@ class Grader:
             yield _Copy(self, run, workdir, command, key)
         finally:
             scratch_dirs.discard(workdir)
+
+    @staticmethod
+    def _candidate_lines(paper: Paper, snippet: Snippet, folder: Path) -> tuple[int, int]:
+        """Where the body sits in the grading copy's file: the runner treats code run from
+        those lines as the candidate's (docs/threat-model.md)."""
+        try:
+            before = (paper.root / snippet.file).read_text(encoding="utf-8", errors="replace")
+            after = (folder / snippet.file).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return (1, 1 << 30)  # unknown: the whole file is the candidate's
+        return policy.candidate_lines(before, after)
 
     def _judge(self, copy: _Copy, ran: ExecResult, path: str) -> GradeResult:
         """The verdict on a run from its signed report, its end and the test file's tests."""

@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import json
 import os
+import runpy
 import secrets
 import shutil
 import signal
@@ -33,6 +34,17 @@ import sys
 import tempfile
 import time
 from typing import Any
+
+
+def _policy() -> dict[str, Any]:
+    """The candidate policy (:mod:`rcb_env.grading.policy`): shipped beside this file in the
+    task (``tests/rcb/policy.py``); from the package when this file is imported from it."""
+    folder = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.join(folder, "policy.py")
+    if not os.path.exists(here):
+        here = os.path.join(folder, "..", "grading", "policy.py")
+    return runpy.run_path(here)
+
 
 #: The runner's event names (``rcb_env.grading._runner``).
 EV_START, EV_TEST, EV_DONE = "start", "test", "done"
@@ -228,8 +240,12 @@ def grade(tests_dir: str, spec: dict[str, Any], body: str) -> dict[str, Any]:
             text = f.read()
         if body and not body.endswith("\n"):
             body += "\n"
+        inserted = text.replace(spec["sentinel"], body, 1)
         with open(target, "w", encoding="utf-8", newline="") as f:
-            f.write(text.replace(spec["sentinel"], body, 1))
+            f.write(inserted)
+        lo, hi = _policy()["candidate_lines"](text, inserted)
+        if body == spec["reference_body"]:
+            lo, hi = 0, 0  # the reference is trusted
         rcb = os.path.join(work, "_rcb")
         os.mkdir(rcb)
         for name in ("runner.py", "keyrings.py"):
@@ -239,6 +255,7 @@ def grade(tests_dir: str, spec: dict[str, Any], body: str) -> dict[str, Any]:
             f.write(key)
         guard = spec["guard"]
         with open(os.path.join(rcb, "protected"), "w", encoding="utf-8") as f:
+            f.write(f"span\t{lo}\t{hi}\n")
             f.write("".join(f"{h}\n" for h in guard["removed"]))
             f.write("".join(f"keep\t{h}\n" for h in guard["kept"]))
             f.write("".join(f"option\t{o}\n" for o in guard["options"]))
@@ -351,8 +368,28 @@ def main(argv: list[str]) -> int:
         body, outside = extract_span(spec["masked_text"], start, end, edited)
         details["body"] = body
         details["edited_outside_region"] = outside
-        result = grade(tests_dir, spec, body)
-        if result["outcome"] == "failed" and body != spec["reference_body"]:
+        findings = []
+        if spec.get("policy", True) and body != spec["reference_body"]:
+            with open(
+                os.path.join(tests_dir, "paper", spec["file"]), encoding="utf-8", errors="replace"
+            ) as f:
+                findings = _policy()["check"](body, f.read(), spec["reference_body"])
+        if findings:
+            shown = "; ".join(str(x) for x in findings[:5])
+            result = {
+                "outcome": "failed",
+                "kind": "policy",
+                "detail": f"refused before running: the body {shown}",
+                "official_pass": False,
+                "tests": [],
+            }
+        else:
+            result = grade(tests_dir, spec, body)
+        if (
+            result["outcome"] == "failed"
+            and result["kind"] != "policy"
+            and body != spec["reference_body"]
+        ):
             health = grade(tests_dir, spec, spec["reference_body"])
             if health["outcome"] != "passed":
                 result.update(

@@ -35,6 +35,7 @@ from pydantic import Field
 from rcb_env._common import Frozen
 from rcb_env.errors import ConfigError
 from rcb_env.grading import _runner as runner_module
+from rcb_env.grading import policy as policy_module
 from rcb_env.grading.grader import GradingConfig
 from rcb_env.sandbox import _keyrings as keyrings_module
 from rcb_env.task.annotations import split_lines
@@ -205,6 +206,7 @@ def write_task(
     shutil.copyfile(VERIFY_SOURCE, rcb / "verify.py")
     shutil.copyfile(str(runner_module.__file__), rcb / "runner.py")
     shutil.copyfile(str(keyrings_module.__file__), rcb / "keyrings.py")
+    shutil.copyfile(str(policy_module.__file__), rcb / "policy.py")
     guard = source.guarded(paper, snippet)
     spec = {
         "snippet_id": snippet.id,
@@ -225,6 +227,7 @@ def write_task(
         "timeout_s": paper.overlay.timeout_s or grading.timeout_s,
         "memory_mb": grading.memory_mb,
         "file_size_mb": grading.file_size_mb,
+        "policy": grading.candidate_policy,
     }
     (rcb / "spec.json").write_text(json.dumps(spec, indent=1))
     _write_exec(tests / "test.sh", _TEST_SH.format(workspace=WORKSPACE))

@@ -14,16 +14,16 @@ import pwd
 import tempfile
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import psutil
 from pydantic import BaseModel, ConfigDict
 
 from rcb_env.grading.grader import Grader
-from rcb_env.grading.models import GradeResult
+from rcb_env.grading.models import FailureKind, GradeResult
 from rcb_env.sandbox import SandboxFactory, scratch
-from rcb_env.task.models import Paper, Snippet
+from rcb_env.task.models import Paper, Pset
 
 TARGET = ("adamw-warmup", "bias correction")
 _I = " " * 8
@@ -305,6 +305,130 @@ ATTACKS.update(
 )
 
 
+#: Attacks on other bundled snippets than :data:`TARGET` (the attack's name -> (paper, snippet)).
+TARGETS: dict[str, tuple[str, str]] = {}
+_SCHEDULE = ("adamw-warmup", "warmup cosine schedule")
+_RMS = ("rmsnorm-swiglu", "root mean square")
+_GATE = ("rmsnorm-swiglu", "gate")
+_J = " " * 4
+
+#: Emits "passed" for every test of the file through the runner's own signing function, found
+#: from ``unittest.main`` (the runner's stand-in), then leaves as if the program had ended.
+_SIGN_PASSED = f"""\
+{_I}import os, unittest
+{_I}g = unittest.main.__globals__
+{_I}emit = g.get('_emit')
+{_I}for c in unittest.TestCase.__subclasses__():
+{_I}    for n in dir(c):
+{_I}        if n.startswith('test'):
+{_I}            emit({{'event': 'test', 'id': c.__name__ + '.' + n, 'status': 'passed'}})
+{_I}emit({{'event': 'main_done', 'tests_run': 9, 'ok': True}})
+{_I}emit({{'event': 'done', 'code': 0, 'main_calls': 1}})
+{_I}os._exit(0)
+"""
+
+#: An ndarray whose ufuncs compute on plain arrays but whose comparisons say yes: numpy.testing
+#: compares through ufuncs (subtract, abs, less_equal, isfinite...), which it answers.
+_LYING_ARRAY = f"""\
+{_I}class Close(np.ndarray):
+{_I}    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+{_I}        plain = [np.asarray(i) if isinstance(i, np.ndarray) else i for i in inputs]
+{_I}        if ufunc.__name__ in ('less_equal', 'less', 'greater', 'greater_equal', 'equal',
+{_I}                              'not_equal', 'isfinite', 'isnan', 'isinf', 'logical_and',
+{_I}                              'logical_or', 'isclose'):
+{_I}            shape = np.broadcast(*[np.asarray(i) for i in plain]).shape
+{_I}            return np.full(shape, ufunc.__name__ not in ('isnan', 'isinf', 'not_equal',
+{_I}                                                        'less', 'greater'))
+{_I}        out = getattr(ufunc, method)(*plain, **kwargs)
+{_I}        return out.view(Close) if isinstance(out, np.ndarray) else out
+{_I}m_hat = v_hat = np.asarray(self.m).view(Close)
+"""
+
+ATTACKS.update(
+    {
+        # 1. The test framework's own control flow.
+        "end each test early without a failure (unittest's internal stop)": (
+            f"{_I}import unittest.case\n{_I}raise unittest.case._ShouldStop()\n"
+        ),
+        "the internal stop, found among the exception classes": (
+            f"{_I}stop = [c for c in Exception.__subclasses__() if c.__name__ == '_ShouldStop']\n"
+            f"{_I}raise stop[0]()\n"
+        ),
+        "interrupt the test program (KeyboardInterrupt)": f"{_I}raise KeyboardInterrupt\n",
+        # 2. Values that lie.
+        "an array whose comparisons always hold (ndarray subclass)": _LYING_ARRAY,
+        # 3. The runner, reached from the tested code.
+        "sign passed for every test with the runner's own emitter": _SIGN_PASSED,
+        "read the reference source the runner keeps in memory": (
+            f"{_I}import unittest\n"
+            f"{_I}TEXT = [t.decode() for p, t in unittest.main.__globals__['_sources'].items()\n"
+            f"{_I}        if p.endswith('optim_ref.py')][0]\n" + _COPY
+        ),
+        "call the reference class the test module holds": (
+            f"{_I}import unittest\n"
+            f"{_I}c = [c for c in unittest.TestCase.__subclasses__() if 'run_both' in vars(c)][0]\n"
+            f"{_I}Ref = c.run_both.__globals__['AdamWRef']\n"
+            f"{_I}r = Ref(self.lr, (self.beta1, self.beta2), self.eps, self.weight_decay)\n"
+            f"{_I}m_hat = self.m / (1 - r.beta1**self.t)\n"
+            f"{_I}v_hat = self.v / (1 - r.beta2**self.t)\n"
+        ),
+        "walk the frames to the runner (traceback)": (
+            f"{_I}try:\n{_I}    raise ValueError\n{_I}except ValueError as e:\n"
+            f"{_I}    f = e.__traceback__.tb_frame\n"
+            f"{_I}while f.f_back is not None:\n{_I}    f = f.f_back\n"
+            f"{_I}m_hat = v_hat = f.f_globals['_emit']\n"
+        ),
+        # 6. Host-side clean-up of what a run made.
+        "leave a folder chain deeper than the host's recursion limit": (
+            f"{_I}import os\n{_I}for _ in range(4000):\n{_I}    os.mkdir('d')\n"
+            f"{_I}    os.chdir('d')\n{_I}m_hat = v_hat = self.m\n"
+        ),
+    }
+)
+
+_TARGETED: dict[str, tuple[tuple[str, str], str]] = {
+    # 2. Values that lie, on other snippets.
+    "a float that equals anything (float subclass)": (
+        _SCHEDULE,
+        f"{_J}class Same(float):\n{_J}    def __eq__(self, other):\n{_J}        return True\n"
+        f"{_J}    __hash__ = float.__hash__\n{_J}return Same(0.0)\n",
+    ),
+    "a float that equals anything, made with type()": (
+        _SCHEDULE,
+        f"{_J}Same = type('Same', (float,), {{'__eq__': lambda s, o: True, "
+        f"'__hash__': float.__hash__}})\n{_J}return Same(0.0)\n",
+    ),
+    "a float whose equality is a builtin (id)": (
+        _SCHEDULE,
+        f"{_J}Same = type('Same', (float,), {{'__eq__': id, '__hash__': float.__hash__}})\n"
+        f"{_J}return Same(0.0)\n",
+    ),
+    # 4. A shared module rebound.
+    "rebind torch.sqrt, which the reference also calls": (
+        _RMS,
+        f"{_I}torch.sqrt = lambda t: torch.ones_like(t)\n"
+        f"{_I}rms = torch.sqrt(x.mean(dim=-1, keepdim=True))\n",
+    ),
+    "rebind torch.sqrt through the module's namespace": (
+        _RMS,
+        f"{_I}vars(torch)['sqrt'] = lambda t: torch.ones_like(t)\n"
+        f"{_I}rms = torch.ones_like(x[..., :1])\n",
+    ),
+    "rebind torch.nn.functional.silu, which the reference also calls": (
+        _GATE,
+        f"{_I}F.silu = lambda t: t * 0\n{_I}gate = self.w_gate(x) * 0\n",
+    ),
+}
+for _name, (_target, _body) in _TARGETED.items():
+    ATTACKS[_name] = _body
+    TARGETS[_name] = _target
+
+
+def target_of(attack: str) -> tuple[str, str]:
+    """The bundled (paper, snippet) an attack is written for."""
+    return TARGETS.get(attack, TARGET)
+
+
 class HackResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -318,10 +442,19 @@ class HackResult(BaseModel):
     """What the published harness's rule would have said."""
     kind: str
     detail: str
+    runtime: str | None = None
+    """For an attack the candidate policy refused: the run-time guards' verdict on it alone
+    (``kind``, or ``PASS``/``excluded``), the policy switched off: what stops it without the
+    policy, if anything. None when the policy let it run."""
 
     @classmethod
-    def of(cls, attack: str, r: GradeResult) -> HackResult:
-        """The attack's row from its grading verdict."""
+    def of(cls, attack: str, r: GradeResult, runtime: GradeResult | None = None) -> HackResult:
+        """The attack's row from its grading verdict (and the run-time guards' alone)."""
+        alone = None
+        if runtime is not None:
+            alone = (
+                "PASS" if runtime.passed else "excluded" if runtime.is_infra_error else runtime.kind
+            )
         return cls(
             attack=attack,
             passed=r.passed,
@@ -329,6 +462,7 @@ class HackResult(BaseModel):
             official_pass=r.official_pass,
             kind=r.kind.value,
             detail=r.detail[:60],
+            runtime=alone,
         )
 
 
@@ -346,13 +480,28 @@ def chosen(names: Sequence[str] = ()) -> dict[str, str]:
 
 
 def run_hacks(
-    paper: Paper, snippet: Snippet, grader: Grader, attacks: dict[str, str] | None = None
+    pset: Pset, grader_for: Callable[[Paper], Grader], attacks: dict[str, str] | None = None
 ) -> list[HackResult]:
-    """Grade each attack (default: the whole suite) as a submission for ``snippet``."""
-    return [
-        HackResult.of(name, grader.grade(paper, snippet, body))
-        for name, body in (ATTACKS if attacks is None else attacks).items()
-    ]
+    """Grade each attack (default: the whole suite) as a submission for its target snippet of
+    the bundled ``pset``; one the candidate policy refused is graded again without it, to show
+    what the run-time guards alone make of it."""
+    results = []
+    for name, body in (ATTACKS if attacks is None else attacks).items():
+        paper_id, snippet_name = target_of(name)
+        paper = pset.paper(paper_id)
+        snippet = paper.snippet(snippet_name)
+        grader = grader_for(paper)
+        r = grader.grade(paper, snippet, body)
+        runtime = None
+        if r.kind is FailureKind.POLICY:
+            bare = Grader(
+                grader.config.model_copy(update={"candidate_policy": False}),
+                executor=grader.executor,
+                scratch=grader.scratch,
+            )
+            runtime = bare.grade(paper, snippet, body)
+        results.append(HackResult.of(name, r, runtime))
+    return results
 
 
 class HostState(BaseModel):
