@@ -141,10 +141,13 @@ def math_pset(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def grader(tmp_path: Path) -> Grader:
-    """Grades with this interpreter (stdlib tests need nothing else), scratch in tmp_path."""
+    """Grades with this interpreter (stdlib tests need nothing else), scratch in tmp_path; the
+    candidate policy off, so that a body runs and meets the run-time guards (the policy's own
+    tests: tests/test_reward_integrity.py)."""
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    return Grader(GradingConfig(python=Path(sys.executable), timeout_s=30), scratch=scratch)
+    config = GradingConfig(python=Path(sys.executable), timeout_s=30, candidate_policy=False)
+    return Grader(config, scratch=scratch)
 
 
 #: Fixtures that put a test in a tier: asking for one marks the test (marks per test, from what

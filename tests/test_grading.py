@@ -326,7 +326,10 @@ def test_the_guard_leaves_the_tests_and_honest_code_alone(tmp_path: Path) -> Non
     """Once the tests run, the reference and the test file are off the disk, a test can still
     import a reference late (from memory), and tested code may start programs."""
     paper = _paper(tmp_path, **{"paper2code_test.py": LATE_IMPORT_TEST})
-    g = Grader(GradingConfig(python=Path(sys.executable), timeout_s=30), scratch=tmp_path)
+    g = Grader(
+        GradingConfig(python=Path(sys.executable), timeout_s=30, candidate_policy=False),
+        scratch=tmp_path,
+    )
     s = paper.snippet("variance")
     body = (
         "    import os, subprocess\n"

@@ -219,7 +219,8 @@ def test_nothing_crosses_runs_in_bwrap(
 ) -> None:
     paper, snippet = target
     grader = Grader(
-        GradingConfig(timeout_s=60), executor=bwrap_factories[path].grading_executor(paper)
+        GradingConfig(timeout_s=60, candidate_policy=False),
+        executor=bwrap_factories[path].grading_executor(paper),
     )
     _assert_attacks_fail(grader, paper, snippet, path)
 
@@ -238,7 +239,10 @@ def test_nothing_crosses_runs_in_docker(
         )
     )
     try:
-        grader = Grader(GradingConfig(timeout_s=60), executor=factory.grading_executor(paper))
+        grader = Grader(
+            GradingConfig(timeout_s=60, candidate_policy=False),
+            executor=factory.grading_executor(paper),
+        )
         _assert_attacks_fail(grader, paper, snippet, path)
     finally:
         factory.close()
@@ -272,7 +276,7 @@ def test_the_attacks_score_zero_through_eval_on_the_default_path(
                 base_url=server.openai_url,
                 retry=RetryPolicy(attempts=1, scale=0),
             ),
-            grading=GradingConfig(timeout_s=60),
+            grading=GradingConfig(timeout_s=60, candidate_policy=False),
             samples=len(names),
         )
         within(len(names) * (60 + _MARGIN_S), lambda: run_eval(pset, cfg, tmp_path / "run"))

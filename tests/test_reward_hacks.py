@@ -94,7 +94,10 @@ def test_attack_on_the_grading_channel_scores_zero(
     import sys
 
     paper = load(math_pset).papers[0]
-    grader = Grader(GradingConfig(python=Path(sys.executable), timeout_s=30), scratch=tmp_path)
+    grader = Grader(
+        GradingConfig(python=Path(sys.executable), timeout_s=30, candidate_policy=False),
+        scratch=tmp_path,
+    )
     r = grader.grade(paper, paper.snippet("variance"), ATTACKS[attack])
     assert r.outcome is Outcome.FAILED, (attack, r.kind, r.detail)
 
@@ -103,10 +106,18 @@ def test_forgery_and_patching_are_named_as_tampering(math_pset: Path, tmp_path: 
     import sys
 
     paper = load(math_pset).papers[0]
-    grader = Grader(GradingConfig(python=Path(sys.executable), timeout_s=30), scratch=tmp_path)
-    for body in (FORGE_REPORT, PATCH_ASSERTION, REPLACE_TEST_METHOD, PATCH_RESULT_CLASS):
+    grader = Grader(
+        GradingConfig(python=Path(sys.executable), timeout_s=30, candidate_policy=False),
+        scratch=tmp_path,
+    )
+    for body in (FORGE_REPORT, PATCH_ASSERTION, PATCH_RESULT_CLASS):
         r = grader.grade(paper, paper.snippet("variance"), body)
         assert r.kind is FailureKind.TAMPERING, (body, r.kind, r.detail)
+    # The test methods are found through the garbage collector, which the tested code is
+    # refused before it can replace anything.
+    r = grader.grade(paper, paper.snippet("variance"), REPLACE_TEST_METHOD)
+    assert r.outcome is Outcome.FAILED
+    assert any("gc.get_objects is off limits" in t.message for t in r.tests), r.detail
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +138,10 @@ def test_patching_comparison_libraries_is_tampering(
 ) -> None:
     s = numpy_paper.snippet("bias correction")
     body = f"        import numpy, numpy.testing\n        {patch}\n        m_hat = v_hat = self.m\n"
-    grader = Grader(GradingConfig(python=config.task_python(), timeout_s=60), scratch=tmp_path)
+    grader = Grader(
+        GradingConfig(python=config.task_python(), timeout_s=60, candidate_policy=False),
+        scratch=tmp_path,
+    )
     r = grader.grade(numpy_paper, s, body)
     assert (r.outcome, r.kind) == (Outcome.FAILED, FailureKind.TAMPERING), r.detail
     assert grader.grade(numpy_paper, s, s.reference_body).passed  # and the honest body passes
@@ -142,7 +156,10 @@ def test_the_copy_attacks_are_real_with_the_source_in_hand(
 
     s = numpy_paper.snippet("bias correction")
     source = (numpy_paper.root / "optim_ref.py").read_text()
-    grader = Grader(GradingConfig(python=config.task_python(), timeout_s=60), scratch=tmp_path)
+    grader = Grader(
+        GradingConfig(python=config.task_python(), timeout_s=60, candidate_policy=False),
+        scratch=tmp_path,
+    )
     assert grader.grade(numpy_paper, s, f"{_I}TEXT = {source!r}\n" + _COPY).passed
     copying = [name for name, body in ATTACKS.items() if body.endswith(_COPY)]
     assert len(copying) >= 10

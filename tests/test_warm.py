@@ -33,7 +33,7 @@ from rcb_env.sandbox.warm import (
 )
 from rcb_env.task.models import Paper, Pset, Snippet
 from rcb_env.validation.equivalence import compare, verdict
-from rcb_env.validation.hacks import ATTACKS, TARGET
+from rcb_env.validation.hacks import ATTACKS, TARGET, as_program, target_of
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 _I = " " * 8
@@ -68,7 +68,7 @@ def factories() -> Iterator[tuple[SandboxFactory, SandboxFactory]]:
 def graders(
     factories: tuple[SandboxFactory, SandboxFactory], paper: Paper, timeout_s: float = 60
 ) -> tuple[Grader, Grader]:
-    cfg = GradingConfig(timeout_s=timeout_s)
+    cfg = GradingConfig(timeout_s=timeout_s, candidate_policy=False)
     warm, cold = factories
     return (
         Grader(cfg, executor=warm.grading_executor(paper)),
@@ -102,13 +102,13 @@ def test_every_bundled_snippet_and_every_hack_gets_the_cold_verdict_warm(
     result = compare(one, SandboxConfig(backend="bwrap"), jobs=2, timeout_s=15)
     assert result.differences == ()
     assert result.not_warm == {}
-    hacks = len(ATTACKS) if paper_id == TARGET[0] else 0
+    hacks = sum(1 for name in ATTACKS if target_of(name)[0] == paper_id)
     assert result.cases == 3 * len(paper.snippets) + hacks
 
 
 SIGNAL_EVERYTHING = f"""\
 {_I}import os, signal
-{_I}seen = [int(d) for d in os.listdir('/proc') if d.isdigit() and int(d) != os.getpid()]
+{_I}seen = [int(d) for d in os.listdir('/proc') if d.isdigit() and int(d) not in (os.getpid(), os.getppid())]
 {_I}for pid in seen:
 {_I}    for sig in (signal.SIGSTOP, signal.SIGKILL):
 {_I}        try:
@@ -184,9 +184,23 @@ LOOK_FOR_LEFTOVERS = f"""\
 {_I}    found.append('socket')
 {_I}except OSError:
 {_I}    pass
-{_I}found += [d for d in os.listdir('/proc') if d.isdigit() and int(d) not in (1, os.getpid())]
+{_I}found += [d for d in os.listdir('/proc') if d.isdigit() and int(d) not in (1, os.getpid(), os.getppid())]
 {_I}print('FOUND', found)
 {_WRONG}"""
+
+
+# The probes run as programs of the run's own (the runner refuses ctypes, which they use, to
+# the tested code): what they test is the sandbox, which a program of the run shares.
+SIGNAL_EVERYTHING, TRACE_EVERYTHING, WRITE_EVERYWHERE, LEAVE_BEHIND, LOOK_FOR_LEFTOVERS = (
+    as_program(probe.removesuffix(_WRONG), _WRONG)
+    for probe in (
+        SIGNAL_EVERYTHING,
+        TRACE_EVERYTHING,
+        WRITE_EVERYWHERE,
+        LEAVE_BEHIND,
+        LOOK_FOR_LEFTOVERS,
+    )
+)
 
 
 def _live_descendants(pid: int) -> list[int]:
@@ -576,7 +590,10 @@ def test_docker_grades_warm_in_a_container_per_image_with_the_cold_verdicts(
     snippet = paper.snippet(TARGET[1])
     factory = SandboxFactory(sandbox)
     try:
-        grader = Grader(GradingConfig(timeout_s=60), executor=factory.grading_executor(paper))
+        grader = Grader(
+            GradingConfig(timeout_s=60, candidate_policy=False),
+            executor=factory.grading_executor(paper),
+        )
         assert grader.grade(paper, snippet, snippet.reference_body).grading_path == "warm"
         proc = warm_process(grader, paper)
         host = proc.host_pid
@@ -722,7 +739,10 @@ def test_a_first_grading_of_the_reference_is_the_probe_itself(tasks: Pset) -> No
     snippet = paper.snippets[-1]
     factory = SandboxFactory(SandboxConfig(backend="bwrap"))
     try:
-        grader = Grader(GradingConfig(timeout_s=60), executor=factory.grading_executor(paper))
+        grader = Grader(
+            GradingConfig(timeout_s=60, candidate_policy=False),
+            executor=factory.grading_executor(paper),
+        )
         result = grader.grade(paper, snippet, snippet.reference_body)
         assert result.passed
         assert result.grading_path == "warm"

@@ -346,7 +346,12 @@ def _seal(test_module: Any = None) -> None:
                 if path.endswith(".py"):
                     with open(path, "rb") as f:
                         _sources[path] = f.read()
+                st = os.stat(path)
                 os.unlink(path)
+                if st.st_nlink <= 1:
+                    # Gone from the disk: a file made later may get its inode number, and is
+                    # not the answer.
+                    _protected_ids.discard((st.st_dev, st.st_ino))
     finally:
         _bypass[0] = False
     sys.meta_path.insert(0, _MemoryFinder())

@@ -167,7 +167,7 @@ LYING_METHODS = frozenset(
     }
 )
 
-_FORMAT_FIELD = re.compile(r"\{[^{}]*[.\[][^{}]*\}")
+_FORMAT_FIELD = re.compile(r"\{[^{}:!]*[.\[]")
 
 
 class Finding(NamedTuple):

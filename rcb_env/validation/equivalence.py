@@ -22,7 +22,7 @@ from rcb_env.grading.grader import Grader, GradingConfig
 from rcb_env.grading.models import FailureKind, GradeResult
 from rcb_env.sandbox import SandboxConfig, SandboxFactory, sandbox_config
 from rcb_env.task.models import Paper, Pset, Snippet
-from rcb_env.validation.hacks import ATTACKS, TARGET
+from rcb_env.validation.hacks import ATTACKS, target_of
 
 
 class Difference(Frozen):
@@ -55,8 +55,9 @@ def candidates(paper: Paper, snippet: Snippet) -> Iterator[tuple[str, str]]:
     yield "oracle", body
     yield "null", snippet.todo_body()
     yield "pass", f"{indent}pass\n"
-    if (paper.id, snippet.name) == TARGET:
-        yield from ATTACKS.items()
+    for name, body in ATTACKS.items():
+        if target_of(name) == (paper.id, snippet.name):
+            yield name, body
 
 
 Case = tuple[Paper, Snippet, str, str]
@@ -82,8 +83,10 @@ def compare(
         warm: SandboxFactory(sandbox.model_copy(update={"warm_grading": warm}))
         for warm in (False, True)
     }
-    cfg = GradingConfig(timeout_s=timeout_s)
-    retry_cfg = GradingConfig(timeout_s=timeout_s * RETRY_FACTOR)
+    # The candidate policy refuses a body before any run, warm or cold alike: off here, so that
+    # every case runs on both paths.
+    cfg = GradingConfig(timeout_s=timeout_s, candidate_policy=False)
+    retry_cfg = GradingConfig(timeout_s=timeout_s * RETRY_FACTOR, candidate_policy=False)
     total = Comparison(cases=0, differences=(), not_warm={}, warm_s=0.0, cold_s=0.0)
     try:
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

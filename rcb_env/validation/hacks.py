@@ -31,10 +31,32 @@ _I = " " * 8
 #: Takes the answer's two lines out of TEXT (the reference's source, however obtained) and runs
 #: them: with the source in hand, this passes.
 _COPY = (
-    f"{_I}src = {{l.split('=')[0].strip(): l.split('=', 1)[1] for l in TEXT.splitlines() "
-    f"if l.strip().startswith(('m_hat =', 'v_hat ='))}}\n"
-    f"{_I}m_hat = eval(src['m_hat'])\n{_I}v_hat = eval(src['v_hat'])\n"
+    f"{_I}src = [l.strip() for l in TEXT.splitlines() "
+    f"if l.strip().startswith(('m_hat =', 'v_hat ='))]\n"
+    f"{_I}import os\n"
+    f"{_I}name = '_copied_%d' % os.getpid()\n"
+    f"{_I}with open(name + '.py', 'w') as f:\n"
+    f"{_I}    f.write('def answer(self):\\n' + ''.join('    %s\\n' % l for l in src)\n"
+    f"{_I}            + '    return m_hat, v_hat\\n')\n"
+    f"{_I}m_hat, v_hat = __import__(name).answer(self)\n"
 )
+
+
+def as_program(probe: str, then: str = "") -> str:
+    """A body that runs ``probe`` (statements, indented as a body) in a new interpreter of its
+    own and prints what that prints, then ``then``. A probe of the sandbox's isolation (what a
+    process of the run can reach: files, keyrings, shared memory, other processes) runs as a
+    program, where the runner's in-process guards, which refuse ``ctypes`` and frames to the
+    tested code, do not stand in its way."""
+    code = textwrap.dedent(probe)
+    return (
+        f"{_I}import subprocess, sys, tempfile\n"
+        f"{_I}with tempfile.TemporaryFile() as out:\n"  # a file: no wait for what it leaves
+        f"{_I}    subprocess.run([sys.executable, '-c', {code!r}], stdout=out)\n"
+        f"{_I}    out.seek(0)\n"
+        f"{_I}    print(out.read().decode(errors='replace'), end='', flush=True)\n" + then
+    )
+
 
 ATTACKS: dict[str, str] = {
     "exit early with status 0 (os._exit)": f"{_I}import os\n{_I}os._exit(0)\n",
@@ -245,11 +267,21 @@ if not hasattr(sys, "_rcb_crossed"):
 
 def _cross_run(kill: bool) -> str:
     """Passes only where an earlier run's marker reached it (the answer is what it would have
-    learned there); else fails, and with ``kill`` SIGKILLs itself to be run again."""
+    learned there); else fails, and with ``kill`` SIGKILLs itself to be run again. The probe
+    runs as a program of the run's (:func:`as_program`), which prints ``CROSSED [places]``."""
     then = f"{_I}    os.kill(os.getpid(), signal.SIGKILL)\n" if kill else ""
+    probe = textwrap.indent(_CROSS_RUN.replace("sys._rcb_crossed", "crossed"), _I)
+    program = as_program(probe)
     return (
-        textwrap.indent(_CROSS_RUN, _I)
-        + f"{_I}if sys._rcb_crossed:\n"
+        f"{_I}import io, os, signal, contextlib\n"
+        f"{_I}if not hasattr(signal, '_rcb_crossed'):\n"
+        f"{_I}    seen = io.StringIO()\n"
+        f"{_I}    with contextlib.redirect_stdout(seen):\n"
+        + textwrap.indent(program, "        ")
+        + f"{_I}    print(seen.getvalue(), end='')\n"
+        + f"{_I}    signal._rcb_crossed = 'CROSSED [' in seen.getvalue() and "
+        + "'CROSSED []' not in seen.getvalue()\n"
+        + f"{_I}if signal._rcb_crossed:\n"
         + f"{_I}    m_hat = self.m / (1 - self.beta1**self.t)\n"
         + f"{_I}    v_hat = self.v / (1 - self.beta2**self.t)\n"
         + f"{_I}else:\n{then}"

@@ -1,0 +1,320 @@
+"""Rewards a policy could take without computing anything, class by class (issue 41): the
+candidate policy (refused before running) and, with the policy off, the runner's run-time
+guards on their own. The whole attack suite runs through ``rcb-env hacks`` on bwrap and docker,
+warm and cold (tests/test_reward_hacks.py, tests/test_warm.py); these are the rules one by one,
+on a stdlib-only paper with this interpreter."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import rcb_env
+from rcb_env.grading import policy
+from rcb_env.grading.grader import Grader, GradingConfig
+from rcb_env.grading.models import FailureKind, Outcome
+from rcb_env.task import loader
+from rcb_env.task.models import Paper
+from rcb_env.validation.mutants import OPERATORS
+from rcb_env.validation.strength import plan
+
+PUBLISHED = (
+    Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "researchcodebench" / "pset"
+)
+
+
+@pytest.fixture
+def paper(math_pset: Path) -> Paper:
+    return loader.load(math_pset).paper("maths")
+
+
+def _grader(tmp_path: Path, *, candidate_policy: bool) -> Grader:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(exist_ok=True)
+    config = GradingConfig(
+        python=Path(sys.executable), timeout_s=30, candidate_policy=candidate_policy
+    )
+    return Grader(config, scratch=scratch)
+
+
+# The policy ------------------------------------------------------------------------------
+
+REFUSED = {
+    "framework control flow": (
+        "    import unittest.case\n    raise unittest.case._ShouldStop()\n",
+        "unittest",
+    ),
+    "a skip": ("    raise __import__('unittest').SkipTest('x')\n", "__import__"),
+    "reflection to the runner": ("    f = mean.__globals__\n    return 0.0\n", "__globals__"),
+    "a computed attribute name": (
+        "    g = getattr(mean, '__glo' + 'bals__')\n    return 0.0\n",
+        "computed",
+    ),
+    "getattr passed around": ("    g = getattr\n    return g(mean, 'x')\n", "direct call"),
+    "a value that lies": (
+        "    class F(float):\n        def __eq__(self, o):\n            return True\n"
+        "    return F(0)\n",
+        "__eq__",
+    ),
+    "a lying class made with type()": ("    return type('F', (float,), {})(0)\n", "type()"),
+    "a shared module rebound": (
+        "    import math\n    math.fsum = sum\n    return 0.0\n",
+        "rebinds",
+    ),
+    "an imported name's attribute rebound": ("    mean.x = lambda: 0\n    return 0.0\n", "rebinds"),
+    "a module's namespace": ("    import math\n    vars(math)['fsum'] = sum\n", "vars"),
+    "frames": ("    import sys\n    return sys._getframe(1).f_globals['x']\n", "sys"),
+    "the garbage collector": ("    import gc\n    return gc.get_objects()[0]\n", "gc"),
+    "a private attribute of a library": ("    import numpy\n    return numpy._core\n", "private"),
+    "format strings that reach attributes": (
+        "    return '{0.__globals__}'.format(mean)\n",
+        "format",
+    ),
+    "eval": ("    return eval('1')\n", "eval"),
+    "a body that only parses in context": ('    return """\n', "parse"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_the_policy_refuses_each_way_to_the_machinery(case: str) -> None:
+    body, why = REFUSED[case]
+    found = policy.check(body, "import math\nfrom stats import mean\n", "    return 1.0\n")
+    assert found, case
+    assert any(why in f.what for f in found), found
+
+
+def test_the_policy_leaves_ordinary_research_code_alone() -> None:
+    body = (
+        "    import numpy as np\n"
+        "    x = np.asarray(xs, dtype=float)\n"
+        "    self._cache = getattr(self, 'cache', None)\n"
+        "    out = {k: v for k, v in zip('ab', x)}\n"
+        "    torch.backends.cudnn.deterministic = True\n"
+        "    name = type(x).__name__\n"
+        "    msg = '{} {:.3f}'.format(name, float(x.mean()))\n"
+        "    return super().__init__() or x.var()\n"
+    )
+    assert policy.check(body, "import torch\n", "    return 0\n") == []
+
+
+def _references_and_mutants(root: Path) -> tuple[int, int, list[str]]:
+    pset = rcb_env.load(root)
+    flagged: list[str] = []
+    references = 0
+    for p in pset.papers:
+        for s in p.snippets:
+            references += 1
+            text = (
+                (p.root / s.file).read_text(errors="replace") if (p.root / s.file).exists() else ""
+            )
+            if policy.check(s.reference_body, text, s.reference_body):
+                flagged.append(s.id)
+    cases, _ = plan(pset, seed=0, cap=20, operators=tuple(OPERATORS.names()))
+    for c in cases:
+        file = c.paper.root / c.snippet.file
+        text = file.read_text(errors="replace") if file.exists() else ""
+        if policy.check(c.mutant.body, text, c.snippet.reference_body):
+            flagged.append(f"{c.snippet.id} mutant {c.mutant.key}")
+    return references, len(cases), flagged
+
+
+def test_the_policy_flags_no_bundled_reference_and_no_mutant() -> None:
+    references, mutants, flagged = _references_and_mutants(loader.bundled_root())
+    assert references >= 29
+    assert mutants > 100
+    assert flagged == []
+
+
+@pytest.mark.slow
+def test_the_policy_flags_no_published_reference_and_no_mutant() -> None:
+    """All 212 published ResearchCodeBench references and the mutants of each that
+    ``validate --mutants`` grades (CI has the published set beside the checkout)."""
+    if not PUBLISHED.is_dir():
+        pytest.skip("the published set is not beside this checkout")
+    references, mutants, flagged = _references_and_mutants(PUBLISHED)
+    assert references == 212
+    assert mutants > 2000
+    assert flagged == []
+
+
+def test_the_candidates_lines_are_where_the_body_differs() -> None:
+    before = "a\nb\n    ref1\n    ref2\nc\n"
+    assert policy.candidate_lines(before, before) == (0, 0)
+    assert policy.candidate_lines(before, "a\nb\n    x\n    y\n    z\nc\n") == (3, 5)
+    # an edge line equal to the reference's is the reference's
+    assert policy.candidate_lines(before, "a\nb\n    ref1\n    evil\nc\n") == (4, 4)
+
+
+def test_a_refused_body_is_the_candidates_failure_and_runs_nothing(
+    paper: Paper, tmp_path: Path
+) -> None:
+    g = _grader(tmp_path, candidate_policy=True)
+    r = g.grade(paper, paper.snippet("variance"), "    import gc\n    return 0.0\n")
+    assert (r.outcome, r.kind, r.grading_path) == (Outcome.FAILED, FailureKind.POLICY, "policy")
+    assert "imports gc" in r.detail
+    assert g.grade(
+        paper, paper.snippet("variance"), paper.snippet("variance").reference_body
+    ).passed
+
+
+# The run-time guards, the policy off ------------------------------------------------------
+
+
+def test_the_frameworks_silent_stop_is_a_failure(paper: Paper, tmp_path: Path) -> None:
+    g = _grader(tmp_path, candidate_policy=False)
+    s = paper.snippet("variance")
+    for body in (
+        "    import unittest.case\n    raise unittest.case._ShouldStop()\n",
+        "    stop = [c for c in Exception.__subclasses__() if c.__name__ == '_ShouldStop']\n"
+        "    raise stop[0]()\n",
+    ):
+        r = g.grade(paper, s, body)
+        assert r.outcome is Outcome.FAILED, body
+        assert not r.passed
+
+
+def test_a_test_that_ends_without_its_method_returning_does_not_pass(
+    paper: Paper, tmp_path: Path
+) -> None:
+    """Even where unittest itself reports a success (its stop exception restored by the tested
+    code), the vault saw the method never return."""
+    g = _grader(tmp_path, candidate_policy=False)
+    body = (
+        "    import unittest.case\n"
+        "    stop = [c for c in Exception.__subclasses__() if c.__name__ == '_ShouldStop'][0]\n"
+        "    unittest.case._ShouldStop = stop\n"
+        "    raise stop()\n"
+    )
+    r = g.grade(paper, paper.snippet("variance"), body)
+    assert r.outcome is Outcome.FAILED
+    assert r.kind in (FailureKind.TAMPERING, FailureKind.TEST_FAILURE), r.detail
+
+
+def test_the_runners_functions_cannot_sign_a_pass(paper: Paper, tmp_path: Path) -> None:
+    g = _grader(tmp_path, candidate_policy=False)
+    body = (
+        "    import os, unittest\n"
+        "    emit = unittest.main.__globals__['_emit']\n"
+        "    for n in ('TestStats.test_mean', 'TestStats.test_variance'):\n"
+        "        emit({'event': 'test', 'id': n, 'status': 'passed'})\n"
+        "    emit({'event': 'done', 'code': 0, 'main_calls': 1})\n"
+        "    os._exit(0)\n"
+    )
+    r = g.grade(paper, paper.snippet("variance"), body)
+    assert (r.outcome, r.kind) == (Outcome.FAILED, FailureKind.TAMPERING), r.detail
+    assert "raised by the tested code" in r.detail or "called from the tested code" in r.detail
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "    import sys\n    return sys._getframe(1).f_back.f_locals\n",
+        "    try:\n        raise ValueError\n    except ValueError as e:\n"
+        "        return e.__traceback__.tb_frame\n",
+        "    import inspect\n    return inspect.currentframe()\n",
+        "    import gc\n    return len(gc.get_objects())\n",
+        "    import ctypes\n    return ctypes.string_at(id(xs), 8)\n",
+        "    import ctypes\n    return ctypes.CDLL(None).getpid()\n",
+        "    return eval('0.0')\n",
+        "    import sys\n    sys.settrace(lambda *a: None)\n    return 0.0\n",
+        "    return open('/proc/self/mem', 'rb').read(1)\n",
+    ],
+)
+def test_the_ways_to_a_frame_memory_or_new_code_are_refused(
+    paper: Paper, tmp_path: Path, body: str
+) -> None:
+    r = _grader(tmp_path, candidate_policy=False).grade(paper, paper.snippet("variance"), body)
+    assert r.outcome is Outcome.FAILED
+    assert any("off limits to the code under test" in t.message for t in r.tests), [
+        t.message[-300:] for t in r.tests
+    ]
+
+
+def test_library_code_may_still_read_frames_for_the_candidate(paper: Paper, tmp_path: Path) -> None:
+    """logging, namedtuple and traceback formatting read frames on the code's behalf and hand
+    out none: the honest body using them passes."""
+    body = (
+        "    import collections, logging, traceback\n"
+        "    P = collections.namedtuple('P', 'a b')\n"
+        "    logging.getLogger('x').warning('computing %s', P(1, 2))\n"
+        "    try:\n        raise ValueError('x')\n    except ValueError:\n"
+        "        traceback.format_exc()\n"
+        "    m = mean(xs)\n    return sum((x - m) ** 2 for x in xs) / len(xs)\n"
+    )
+    r = _grader(tmp_path, candidate_policy=False).grade(paper, paper.snippet("variance"), body)
+    assert r.passed, r.detail + str([t.message[-500:] for t in r.tests])
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "    class F(float):\n        def __eq__(self, o):\n            return True\n"
+        "        __hash__ = float.__hash__\n    return F(0.0)\n",
+        "    F = type('F', (float,), {'__eq__': lambda s, o: True, '__hash__': float.__hash__})\n"
+        "    return F(0.0)\n",
+        "    F = type('F', (float,), {'__eq__': id, '__hash__': float.__hash__})\n"
+        "    return F(0.0)\n",
+    ],
+)
+def test_a_value_that_lies_is_refused(paper: Paper, tmp_path: Path, body: str) -> None:
+    r = _grader(tmp_path, candidate_policy=False).grade(paper, paper.snippet("variance"), body)
+    assert r.outcome is Outcome.FAILED
+    assert not r.passed
+
+
+def test_a_library_function_rebound_is_tampering(tmp_path: Path) -> None:
+    """A function of a library that the reference also calls, and that no list names."""
+    from tests.conftest import math_files, write_paper, write_pset
+
+    code = (
+        '"""Sums."""\nimport math\n\n\ndef total(xs):\n    # <paper2code name="total">\n'
+        '    return math.fsum(xs)\n    # </paper2code name="total">\n'
+    )
+    test = (
+        "import unittest\nfrom stats import total\nfrom stats_ref import total as total_ref\n\n\n"
+        "class T(unittest.TestCase):\n    def test_total(self):\n"
+        "        self.assertEqual(total([0.1] * 10), total_ref([0.1] * 10))\n\n\n"
+        'if __name__ == "__main__":\n    unittest.main()\n'
+    )
+    root = tmp_path / "pset"
+    root.mkdir()
+    files = math_files(code, test)
+    pset = loader.load(write_pset(root, [write_paper(root, "sums", files)]))
+    p = pset.paper("sums")
+    body = "    math.fsum = lambda xs: 7.0\n    return 7.0\n"
+    r = _grader(tmp_path, candidate_policy=False).grade(p, p.snippet("total"), body)
+    assert (r.outcome, r.kind) == (Outcome.FAILED, FailureKind.TAMPERING), r.detail
+    assert "math.fsum" in r.detail
+
+
+def test_the_run_cannot_read_what_its_failing_tests_say(paper: Paper, tmp_path: Path) -> None:
+    """A body that puts its own pipe in place of the run's stderr and reads it at exit learns
+    nothing of the expected value (1.25): the test program's output goes to a descriptor of the
+    runner's, failure messages only to the report, and the swap itself is tampering."""
+    leak = tmp_path / "leak"
+    body = (
+        "    import atexit, os, sys\n"
+        "    r, w = os.pipe()\n"
+        "    os.set_blocking(r, False)\n"
+        "    os.dup2(w, 2)\n"
+        "    def read():\n"
+        "        sys.stderr.flush()\n"
+        "        try:\n            data = os.read(r, 1 << 20)\n"
+        "        except OSError:\n            data = b''\n"
+        f"        with open({str(leak)!r}, 'ab') as f:\n            f.write(data + b'|')\n"
+        "    atexit.register(read)\n"
+        "    return 0.0\n"
+    )
+    r = _grader(tmp_path, candidate_policy=False).grade(paper, paper.snippet("variance"), body)
+    assert r.outcome is Outcome.FAILED
+    assert leak.exists()  # the body ran and read its pipe
+    assert b"1.25" not in leak.read_bytes()
+    assert any("1.25" in t.message for t in r.tests)  # the host still has the message
+
+
+def test_the_reference_passes_under_every_guard(paper: Paper, tmp_path: Path) -> None:
+    g = _grader(tmp_path, candidate_policy=True)
+    for s in paper.snippets:
+        assert g.grade(paper, s, s.reference_body).passed, s.id
