@@ -108,7 +108,7 @@ def test_every_bundled_snippet_and_every_hack_gets_the_cold_verdict_warm(
 
 SIGNAL_EVERYTHING = f"""\
 {_I}import os, signal
-{_I}seen = [int(d) for d in os.listdir('/proc') if d.isdigit() and int(d) not in (os.getpid(), os.getppid())]
+{_I}seen = [int(d) for d in os.listdir('/proc') if d.isdigit() and int(d) != os.getpid()]
 {_I}for pid in seen:
 {_I}    for sig in (signal.SIGSTOP, signal.SIGKILL):
 {_I}        try:
@@ -127,7 +127,7 @@ TRACE_EVERYTHING = f"""\
 {_I}libc = ctypes.CDLL(None, use_errno=True)
 {_I}got = []
 {_I}for d in os.listdir('/proc'):
-{_I}    if d.isdigit() and int(d) != os.getpid():
+{_I}    if d.isdigit() and int(d) not in (os.getpid(), os.getppid()):  # not itself, not its run
 {_I}        if libc.ptrace(16, int(d), 0, 0) == 0:
 {_I}            got.append(('ptrace', d))
 {_I}        try:
@@ -184,22 +184,17 @@ LOOK_FOR_LEFTOVERS = f"""\
 {_I}    found.append('socket')
 {_I}except OSError:
 {_I}    pass
-{_I}found += [d for d in os.listdir('/proc') if d.isdigit() and int(d) not in (1, os.getpid(), os.getppid())]
+{_I}mine = (1, os.getpid(), os.getppid())  # its namespace's init, itself, the run
+{_I}found += [d for d in os.listdir('/proc') if d.isdigit() and int(d) not in mine]
 {_I}print('FOUND', found)
 {_WRONG}"""
 
 
-# The probes run as programs of the run's own (the runner refuses ctypes, which they use, to
+# The probes that use ctypes run as programs of the run's own (the runner refuses ctypes to
 # the tested code): what they test is the sandbox, which a program of the run shares.
-SIGNAL_EVERYTHING, TRACE_EVERYTHING, WRITE_EVERYWHERE, LEAVE_BEHIND, LOOK_FOR_LEFTOVERS = (
+TRACE_EVERYTHING, LEAVE_BEHIND, LOOK_FOR_LEFTOVERS = (
     as_program(probe.removesuffix(_WRONG), _WRONG)
-    for probe in (
-        SIGNAL_EVERYTHING,
-        TRACE_EVERYTHING,
-        WRITE_EVERYWHERE,
-        LEAVE_BEHIND,
-        LOOK_FOR_LEFTOVERS,
-    )
+    for probe in (TRACE_EVERYTHING, LEAVE_BEHIND, LOOK_FOR_LEFTOVERS)
 )
 
 

@@ -61,11 +61,12 @@ _protected_ids: set[tuple[int, int]] = set()
 _protected_paths: set[str] = set()
 #: the protected files themselves (one absolute path each), and the sources of the references
 _protected_files: list[str] = []
-_sources: dict[str, bytes] = {}
+#: Paths of the references whose source the vault keeps (their contents only in the vault).
+_source_paths: set[str] = set()
 #: Modules loaded from protected files before the seal, by name: a test's later ``import`` of
 #: one gets this very object back (tests set module globals that functions imported earlier
 #: read), while tested code is refused.
-_held: dict[str, Any] = {}
+_held: set[str] = set()
 #: Names of the modules served from ``_sources`` after the seal (see _MemoryFinder)
 _served: set[str] = set()
 #: set once the test module is loaded and the protected files are off the disk
@@ -198,9 +199,10 @@ class _MemoryFinder(importlib.abc.MetaPathFinder):
     threads."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        held = _held.get(fullname)
-        if held is not None:
+        if fullname in _held:
             self._check(fullname)
+        held = _fetch("module", fullname) if fullname in _held else None
+        if held is not None:
             origin = getattr(held, "__file__", None)
             return importlib.util.spec_from_loader(fullname, _HeldLoader(held), origin=origin)
         last = fullname.rpartition(".")[2]
@@ -210,7 +212,7 @@ class _MemoryFinder(importlib.abc.MetaPathFinder):
                 (base + ".py", False),
                 (os.path.join(base, "__init__.py"), True),
             ):
-                if candidate in _sources:
+                if candidate in _source_paths:
                     self._check(fullname)
                     _served.add(fullname)
                     return importlib.util.spec_from_loader(
@@ -249,7 +251,7 @@ class _MemoryLoader(importlib.abc.Loader):
         module.__file__ = self.path
         if self.path.endswith("__init__.py"):
             module.__path__ = [os.path.dirname(self.path)]
-        exec(compile(_sources[self.path], self.path, "exec"), module.__dict__)
+        exec(compile(_fetch("source", self.path), self.path, "exec"), module.__dict__)
 
 
 def _guard(here: str, test_file: str, candidate: str, declared: list[str]) -> None:
@@ -345,7 +347,8 @@ def _seal(test_module: Any = None) -> None:
             with contextlib.suppress(OSError):
                 if path.endswith(".py"):
                     with open(path, "rb") as f:
-                        _sources[path] = f.read()
+                        sys.audit(_KEEP, "source", path, f.read())
+                    _source_paths.add(path)
                 st = os.stat(path)
                 os.unlink(path)
                 if st.st_nlink <= 1:
@@ -358,7 +361,8 @@ def _seal(test_module: Any = None) -> None:
     for name, module in list(sys.modules.items()):
         origin = getattr(module, "__file__", None)
         if origin and os.path.abspath(origin) in _protected_paths and module is not test_module:
-            _held[name] = module
+            sys.audit(_KEEP, "module", name, module)
+            _held.add(name)
             sys.modules.pop(name, None)
     if test_module is not None and sys.modules.get("__main__") is test_module:
         sys.modules["__main__"] = types.ModuleType("__main__")
@@ -386,7 +390,11 @@ _WATCH_ALL = "rcb-env.watch-modules"
 _CHECK = "rcb-env.check"
 _RETURNED = "rcb-env.returned"
 _STARTED = "rcb-env.started"
-_RUNNER_EVENTS = frozenset({_EMIT, _WATCH, _WATCH_ALL, _CHECK, _RETURNED, _STARTED})
+#: The references taken off the disk (modules and sources), kept in the vault and handed only
+#: to the runner's own import machinery, never with the candidate's code on the stack.
+_KEEP = "rcb-env.keep"
+_FETCH = "rcb-env.fetch"
+_RUNNER_EVENTS = frozenset({_EMIT, _WATCH, _WATCH_ALL, _CHECK, _RETURNED, _STARTED, _KEEP, _FETCH})
 #: Events that hand out frames, every object, raw memory or new code: refused to the
 #: candidate's code and to whatever it calls directly.
 _INTROSPECTION = frozenset(
@@ -526,6 +534,7 @@ def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
         st = fstat(fd)
         identities[label] = (fd, (st.st_dev, st.st_ino))
     state: dict[str, Any] = {"seq": 0, "broken": False, "test": None, "returned": None}
+    kept: dict[tuple[str, str], Any] = {}
     closed = [False]
     busy: set[int] = set()
     #: (label, object, names, snapshot)
@@ -765,6 +774,12 @@ def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
                     closed[0] = True
             elif event == _STARTED:
                 state["test"], state["returned"] = args[0], None
+            elif event == _KEEP:
+                kept[(args[0], args[1])] = args[2]
+            elif event == _FETCH:
+                found = kept.get((args[0], args[1]))
+                if found is not None:
+                    args[2].append(found)
             elif event == _RETURNED:
                 if args[0] == state["test"]:
                     state["returned"] = args[0]
@@ -779,6 +794,13 @@ def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
             busy.discard(me)
 
     sys.addaudithook(hook)
+
+
+def _fetch(kind: str, key: str) -> Any:
+    """A reference module or source from the vault (None if it has none, or refuses)."""
+    box: list[Any] = []
+    sys.audit(_FETCH, kind, key, box)
+    return box[0] if box else None
 
 
 def _watch(label: str, obj: Any, names: tuple[str, ...] | None = None) -> None:
