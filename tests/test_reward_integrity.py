@@ -264,8 +264,8 @@ def test_a_value_that_lies_is_refused(paper: Paper, tmp_path: Path, body: str) -
     assert not r.passed
 
 
-def test_a_library_function_rebound_is_tampering(tmp_path: Path) -> None:
-    """A function of a library that the reference also calls, and that no list names."""
+def _sums(tmp_path: Path, test_body: str = "") -> Paper:
+    """A paper whose reference calls ``math.fsum`` (a library function no list names)."""
     from tests.conftest import math_files, write_paper, write_pset
 
     code = (
@@ -278,15 +278,39 @@ def test_a_library_function_rebound_is_tampering(tmp_path: Path) -> None:
         "        self.assertEqual(total([0.1] * 10), total_ref([0.1] * 10))\n\n\n"
         'if __name__ == "__main__":\n    unittest.main()\n'
     )
+    test = test.replace("    def test_total(self):\n", "    def test_total(self):\n" + test_body)
     root = tmp_path / "pset"
     root.mkdir()
     files = math_files(code, test)
-    pset = loader.load(write_pset(root, [write_paper(root, "sums", files)]))
-    p = pset.paper("sums")
-    body = "    math.fsum = lambda xs: 7.0\n    return 7.0\n"
+    return loader.load(write_pset(root, [write_paper(root, "sums", files)])).paper("sums")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "    math.fsum = lambda xs: 7.0\n    return 7.0\n",
+        # a wrapper of its own making, dressed as a library's decoration
+        "    import functools\n"
+        "    math.fsum = functools.wraps(math.fsum)(lambda xs: 7.0)\n    return 7.0\n",
+    ],
+)
+def test_a_library_function_rebound_is_tampering(tmp_path: Path, body: str) -> None:
+    p = _sums(tmp_path)
     r = _grader(tmp_path, candidate_policy=False).grade(p, p.snippet("total"), body)
     assert (r.outcome, r.kind) == (Outcome.FAILED, FailureKind.TAMPERING), r.detail
     assert "math.fsum" in r.detail
+
+
+def test_a_library_wrapping_its_own_function_in_place_is_not_tampering(tmp_path: Path) -> None:
+    """torch wraps ``torch.manual_seed`` in place (``functools.wraps``) when its compiler is
+    first imported; code other than the candidate's doing so is no tampering."""
+    wrap = (
+        "        import functools, math\n"
+        "        math.fsum = functools.wraps(math.fsum)(lambda xs, f=math.fsum: f(xs))\n"
+    )
+    p = _sums(tmp_path, wrap)
+    s = p.snippet("total")
+    assert _grader(tmp_path, candidate_policy=True).grade(p, s, s.reference_body).passed
 
 
 def test_the_run_cannot_read_what_its_failing_tests_say(paper: Paper, tmp_path: Path) -> None:

@@ -633,6 +633,19 @@ def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
             found = getattr(found, part, None)
         return found is cls
 
+    def decorated(new: Any, old: Any) -> bool:
+        """Is ``new`` a library's own wrapper of ``old`` (``functools.wraps``: torch, when
+        its compiler is first imported, wraps ``torch.manual_seed`` and others in place)? Not
+        if the tested code wrote the wrapper."""
+        if type(new) is not types.FunctionType:
+            return False
+        own = function_dict(new)
+        if own.get("__wrapped__", _MISSING) is not old:
+            return False
+        return new.__code__.co_filename not in _candidate_names
+
+    function_dict = types.FunctionType.__dict__["__dict__"].__get__
+
     def watch(label: str, obj: Any, names: tuple[str, ...] | None) -> None:
         snap = _snapshot(obj, names)
         watched.append((label, obj, names, snap))
@@ -673,8 +686,11 @@ def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
                 now = dict(vars(obj))
             except TypeError:
                 continue
-            for name, (value, code) in snap.items():
+            for name, (value, code) in list(snap.items()):
                 current = now.get(name, _MISSING)
+                if current is not value and decorated(current, value):
+                    snap[name] = (current, current.__code__)
+                    continue
                 if current is not value or (code is not None and current.__code__ is not code):
                     moved.append(f"{label}.{name}")
         for label, (fd, ident) in identities.items():
