@@ -337,11 +337,11 @@ ATTACKS.update(
 )
 
 
-#: Attacks on other bundled snippets than :data:`TARGET` (the attack's name -> (paper, snippet)).
+#: Attacks on other bundled snippets than :data:`TARGET` (the attack's name -> (paper, snippet)),
+#: of the same numpy paper (whose Docker image the suite's Docker run has).
 TARGETS: dict[str, tuple[str, str]] = {}
 _SCHEDULE = ("adamw-warmup", "warmup cosine schedule")
-_RMS = ("rmsnorm-swiglu", "root mean square")
-_GATE = ("rmsnorm-swiglu", "gate")
+_CLIP = ("adamw-warmup", "clip by global norm")
 _J = " " * 4
 
 #: Emits "passed" for every test of the file through the runner's own signing function, found
@@ -435,20 +435,17 @@ _TARGETED: dict[str, tuple[tuple[str, str], str]] = {
         f"{_J}Same = type('Same', (float,), {{'__eq__': id, '__hash__': float.__hash__}})\n"
         f"{_J}return Same(0.0)\n",
     ),
-    # 4. A shared module rebound.
-    "rebind torch.sqrt, which the reference also calls": (
-        _RMS,
-        f"{_I}torch.sqrt = lambda t: torch.ones_like(t)\n"
-        f"{_I}rms = torch.sqrt(x.mean(dim=-1, keepdim=True))\n",
+    # 4. A shared module rebound: numpy.sqrt answers 0 for a scalar (the global norm, in the
+    # reference too, so that neither clips) and computes for arrays (the optimiser's tests).
+    "rebind numpy.sqrt, which the reference also calls": (
+        _CLIP,
+        f"{_J}np.sqrt = lambda x, s=np.sqrt: 0.0 if np.ndim(x) == 0 else s(x)\n"
+        f"{_J}return [g * 1.0 for g in grads], 0.0\n",
     ),
-    "rebind torch.sqrt through the module's namespace": (
-        _RMS,
-        f"{_I}vars(torch)['sqrt'] = lambda t: torch.ones_like(t)\n"
-        f"{_I}rms = torch.ones_like(x[..., :1])\n",
-    ),
-    "rebind torch.nn.functional.silu, which the reference also calls": (
-        _GATE,
-        f"{_I}F.silu = lambda t: t * 0\n{_I}gate = self.w_gate(x) * 0\n",
+    "rebind numpy.sqrt through the module's namespace": (
+        _CLIP,
+        f"{_J}vars(np)['sqrt'] = lambda x, s=np.sqrt: 0.0 if np.ndim(x) == 0 else s(x)\n"
+        f"{_J}return [g * 1.0 for g in grads], 0.0\n",
     ),
 }
 for _name, (_target, _body) in _TARGETED.items():
