@@ -20,6 +20,7 @@ Harbor records a verifier error, never a reward of 0.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import hmac
@@ -229,6 +230,21 @@ def _tail(data: bytes) -> str:
     return text[:half] + "\n[...]\n" + text[-half:]
 
 
+def _remove(work: str) -> None:
+    """Remove a grading copy, whatever the run left in it: ``rm`` walks a folder chain of any
+    depth (``shutil.rmtree`` recurses, and a chain deeper than the recursion limit would end
+    the verifier with no reward), follows no link and stays on one file system."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(
+            ["rm", "-rf", "--one-file-system", "--", work],
+            check=False,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=300,
+        )
+
+
 def grade(tests_dir: str, spec: dict[str, Any], body: str) -> dict[str, Any]:
     """One grading run of ``body`` in a fresh copy of the pristine paper."""
     work = tempfile.mkdtemp(prefix="rcb-grade-")
@@ -337,7 +353,7 @@ def grade(tests_dir: str, spec: dict[str, Any], body: str) -> dict[str, Any]:
             "stderr": run["stderr"].replace(work, "/grading"),
         }
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        _remove(work)
 
 
 def main(argv: list[str]) -> int:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import shutil
 import tempfile
 import threading
 import time
@@ -46,6 +45,7 @@ import ray
 from rcb_env.errors import ConfigError, SandboxError
 from rcb_env.runner.episode import EvalConfig, task_hash
 from rcb_env.sandbox import SandboxConfig, SandboxFactory
+from rcb_env.sandbox._remove import remove_tree
 from rcb_env.sandbox.backend import preparation_time
 from rcb_env.task.models import Paper, Pset, Snippet
 
@@ -202,7 +202,7 @@ def tasks_here(where: str, tree: Any) -> str:
             with contextlib.suppress(OSError):  # another job's copy is in place already
                 staging.rename(dest)
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_tree(staging)  # bounded and total, whatever the archive made
         if not dest.exists():
             raise RuntimeError(f"the shipped tasks could not be put in place at {dest}")
     return where if known is not None else str(dest)

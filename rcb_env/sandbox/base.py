@@ -190,6 +190,11 @@ class Limits(BaseModel):
     """Largest file a process may write."""
     cpu_s: int = 3600
     """CPU seconds per process."""
+    cpus: float | None = Field(default=None, gt=0)
+    """A hard cap on the sandbox's CPU, in cores (cgroup ``cpu.max`` / ``cpu.cfs_quota_us``,
+    Docker's ``nano_cpus``). None (the default): no cap, so a run alone may use every core;
+    every sandbox still gets an equal share of the CPU when runs compete (its cgroup's CPU
+    weight), however many processes it starts."""
     nofile: int = 1024
     """Open files per process."""
 
@@ -388,18 +393,118 @@ class Sandbox(ABC):
 HOST_OWNED = "_rcb_host"
 
 
+#: Entries :func:`chown_tree` gives away at most: a larger tree is refused. Trees the host lays out
+#: are far smaller; a workspace's control folder, which the agent can fill, need not be walked
+#: for minutes.
+CHOWN_LIMIT = 2_000_000
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
 def chown_tree(path: Path, uid: int, gid: int) -> None:
     """Give a folder (or file) and everything in it to ``uid:gid``, except any folder named
     :data:`HOST_OWNED` and what it holds. Follows no symbolic link, not even ``path`` itself
-    (a sandbox may have swapped a file it just wrote for a link to a folder of the host):
-    the walk holds each folder open and changes its entries relative to it."""
+    (a sandbox may have swapped a file it just wrote for a link to a folder of the host), and
+    enters no other file system.
+
+    The tree may be partly the agent's (the control folder of a workspace), so the walk is
+    bounded and total in depth: no recursion (``os.fwalk`` recurses in Python 3.11, and holds a
+    descriptor per level), one folder open at a time, its entries changed relative to it. The
+    walk climbs back through ``..``, checked to be the very folder it came down from.
+
+    Raises:
+        OSError: ``path`` is not there.
+        SandboxError: more than :data:`CHOWN_LIMIT` entries, or the tree was moved around
+            while it was walked.
+    """
     if not stat.S_ISDIR(os.lstat(path).st_mode):
         os.chown(path, uid, gid, follow_symlinks=False)
         return
-    for _dirpath, dirnames, filenames, dirfd in os.fwalk(path, follow_symlinks=False):
-        if _dirpath == str(path):
-            os.chown(dirfd, uid, gid)
-        dirnames[:] = [d for d in dirnames if d != HOST_OWNED]
-        for name in dirnames + filenames:
-            with contextlib.suppress(FileNotFoundError):
-                os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
+    walk = _ChownWalk(path, uid, gid)
+    try:
+        walk.run()
+    finally:
+        os.close(walk.fd)
+
+
+class _ChownWalk:
+    """One :func:`chown_tree` of a folder, depth first. :attr:`fd` is always the one open
+    folder (the caller closes it, whatever happens)."""
+
+    def __init__(self, path: Path, uid: int, gid: int) -> None:
+        self.path, self.uid, self.gid = path, uid, gid
+        self.fd = os.open(path, _DIR_FLAGS)
+
+    def _move(self, fd: int) -> None:
+        old, self.fd = self.fd, fd
+        os.close(old)
+
+    def _refuse(self, why: str) -> SandboxError:
+        return SandboxError(f"{self.path}: {why}")
+
+    def run(self) -> None:
+        uid, gid = self.uid, self.gid
+        os.chown(self.fd, uid, gid)
+        here = os.fstat(self.fd)
+        dev, ident = here.st_dev, (here.st_dev, here.st_ino)
+        pending = _names(self.fd)
+        seen = len(pending)
+        # Each level above the current folder: its names still to do, and its identity.
+        above: list[tuple[list[str], tuple[int, int]]] = []
+        while True:
+            if seen > CHOWN_LIMIT:
+                raise self._refuse(f"more than {CHOWN_LIMIT} entries to give to the sandbox")
+            if not pending:
+                if not above:
+                    return
+                self._move(os.open("..", _DIR_FLAGS, dir_fd=self.fd))
+                pending, ident = above.pop()
+                st = os.fstat(self.fd)
+                if (st.st_dev, st.st_ino) != ident:
+                    raise self._refuse("the tree was moved while its owner was being set")
+                continue
+            name = pending.pop()
+            try:
+                st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(st.st_mode) and name == HOST_OWNED:
+                continue
+            try:
+                if not stat.S_ISDIR(st.st_mode):
+                    raise NotADirectoryError
+                child = os.open(name, _DIR_FLAGS, dir_fd=self.fd)
+            except OSError:  # not a folder (any more): the entry itself, never followed
+                with contextlib.suppress(FileNotFoundError):
+                    os.chown(name, uid, gid, dir_fd=self.fd, follow_symlinks=False)
+                continue
+            cst = os.fstat(child)
+            try:
+                os.chown(child, uid, gid)
+                # A mount point: its own file system is not entered.
+                names = _names(child) if cst.st_dev == dev else []
+            except BaseException:
+                os.close(child)
+                raise
+            if not names:
+                os.close(child)
+                continue
+            seen += len(names)
+            above.append((pending, ident))
+            pending, ident = names, (cst.st_dev, cst.st_ino)
+            self._move(child)
+
+
+def _names(fd: int) -> list[str]:
+    """The entries of the open folder ``fd`` (one more than :data:`CHOWN_LIMIT` at most); none
+    if it cannot be listed."""
+    names: list[str] = []
+    try:
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                names.append(entry.name)
+                if len(names) > CHOWN_LIMIT:
+                    break
+    except OSError:
+        pass
+    return names

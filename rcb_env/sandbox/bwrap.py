@@ -4,8 +4,9 @@ Inside, the sandbox sees read-only system folders (``/usr``, ``/etc``), the task
 its venv at their own paths (the interpreter finds its shared library through an absolute
 RUNPATH), a private ``/tmp``, its own ``/proc``, only ``lo``, and ``/workspace``, the only
 writable folder. Processes run as the unprivileged ``rcb-sandbox`` user when rcb-env runs as root.
-Limits: a memory and a pids cgroup (v1 or v2, :mod:`rcb_env.sandbox.cgroups`) per sandbox, and
-rlimits always.
+Limits: a memory and a pids cgroup (v1 or v2, :mod:`rcb_env.sandbox.cgroups`) per sandbox, in
+the cpu controller too where it is available (an equal CPU share per sandbox, and a cap with
+``Limits.cpus``), and rlimits always.
 """
 
 from __future__ import annotations
@@ -55,7 +56,9 @@ class BwrapOptions(BaseModel):
     yourself to cap what all sandboxes together may use."""
     cgroup_limits: Literal["required", "best-effort", "off"] = "required"
     """``required`` refuses to run when the memory or pids limit cannot be set (cgroup v1 or
-    v2), ``best-effort`` sets what it can, ``off`` relies on rlimits alone."""
+    v2), ``best-effort`` sets what it can, ``off`` relies on rlimits alone. The CPU share is
+    set wherever the cpu controller is available, and its absence is a warning, not an error
+    (unless ``Limits.cpus`` asks for a cap)."""
     read_only: tuple[Path, ...] = ()
     """More host folders bound read-only at their own paths (a paper's asset cache)."""
     cgroup_root: Path = Path("/sys/fs/cgroup")

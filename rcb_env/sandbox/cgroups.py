@@ -1,17 +1,31 @@
-"""Per-sandbox control groups: a memory and a pids limit, OOM accounting, and a kill of every
-process of the group. bubblewrap sets no limits of its own; this is where they come from.
+"""Per-sandbox control groups: a memory and a pids limit, a share of the CPU, OOM accounting,
+and a kill of every process of the group. bubblewrap sets no limits of its own; this is where
+they come from.
 
 Both kernel interfaces are supported, per controller:
 
-- cgroup v1: ``<root>/<controller>/<parent>/<group>`` (``memory.limit_in_bytes``, ``pids.max``).
+- cgroup v1: ``<root>/<controller>/<parent>/<group>`` (``memory.limit_in_bytes``, ``pids.max``,
+  ``cpu.shares``, ``cpu.cfs_quota_us``).
 - cgroup v2 (the unified hierarchy: ``<root>`` itself, or ``<root>/unified`` on a hybrid host):
-  ``<root>/<parent>/<group>`` with ``memory.max``, ``memory.swap.max``, ``pids.max``; the
-  controllers are enabled in ``cgroup.subtree_control`` down to ``<parent>``. This needs write
-  access to the hierarchy's root (root on the host, or a delegated subtree: run rcb-env under
-  ``systemd-run --scope -p Delegate=yes`` and point ``cgroup_root`` at that subtree).
+  ``<root>/<parent>/<group>`` with ``memory.max``, ``memory.swap.max``, ``pids.max``,
+  ``cpu.weight``, ``cpu.max``; the controllers are enabled in ``cgroup.subtree_control`` down
+  to ``<parent>``. This needs write access to the hierarchy's root (root on the host, or a
+  delegated subtree: run rcb-env under ``systemd-run --scope -p Delegate=yes`` and point
+  ``cgroup_root`` at that subtree).
 
-A controller that neither interface can provide is a :class:`CgroupUnavailableError` naming why,
-unless the caller opted out (``cgroup_limits="best-effort"`` or ``"off"``); rlimits always apply.
+A memory or pids controller that neither interface can provide is a
+:class:`CgroupUnavailableError` naming why, unless the caller opted out
+(``cgroup_limits="best-effort"`` or ``"off"``); rlimits always apply.
+
+The CPU: every group gets the same weight (the kernel's default, written explicitly) under the
+one parent, so when runs compete each gets an equal share of the CPU however many processes it
+starts; a run alone may still use every core. Without a cpu group, the sandboxes' processes
+compete one by one (with the kernel's autogroups, session by session), and a run that starts a
+hundred busy processes, each in a session of its own, takes nearly all of the CPU from a
+concurrent run. ``Limits.cpus`` adds a hard cap. The cpu controller is used wherever it is
+available but not required: without it the sandboxes run as before and rcb-env logs a warning
+(once) that one run's CPU use can slow the others; only a cap that was asked for
+(``Limits.cpus``) and cannot be set is an error under ``required``.
 """
 
 from __future__ import annotations
@@ -19,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -26,11 +41,24 @@ from pathlib import Path
 from typing import Literal
 
 from rcb_env.errors import SandboxError
+from rcb_env.logs import get_logger
 from rcb_env.sandbox.base import ExecResult, Limits
+
+log = get_logger(__name__)
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "rcb-env"
 CONTROLLERS = ("memory", "pids")
+"""The controllers a sandbox must have (policy ``required``)."""
+CPU = "cpu"
+"""The controller of each group's CPU share and cap: used where available, never required."""
+CPU_WEIGHT_V1 = 1024
+"""``cpu.shares`` of every group (v1): the same for all, the kernel's default."""
+CPU_WEIGHT_V2 = 100
+"""``cpu.weight`` of every group (v2): the same for all, the kernel's default."""
+CPU_PERIOD_US = 100_000
+"""The period of a cap (``Limits.cpus``): the cap is ``cpus`` times this much CPU time per
+period."""
 _PAGE = 4096
 
 CgroupPolicy = Literal["required", "best-effort", "off"]
@@ -54,6 +82,8 @@ class Layout:
     """Controllers the v2 hierarchy offers (``cgroup.controllers``)."""
     problems: tuple[str, ...] = ()
     """Why each missing controller is missing."""
+    cpu_problem: str | None = None
+    """Why the cpu controller is missing (None: it is available)."""
 
     def version_of(self, controller: str) -> Literal["v1", "v2"] | None:
         if controller in self.v1:
@@ -64,13 +94,19 @@ class Layout:
 
     @property
     def missing(self) -> tuple[str, ...]:
+        """The required controllers (memory, pids) that neither interface provides."""
         return tuple(c for c in CONTROLLERS if self.version_of(c) is None)
+
+    @property
+    def cpu_version(self) -> Literal["v1", "v2"] | None:
+        """Where the cpu controller is (None: nowhere, and the CPU is not shared per sandbox)."""
+        return self.version_of(CPU)
 
 
 def detect(root: Path = CGROUP_ROOT) -> Layout:
-    """Find the memory and pids controllers under ``root`` (v1 first, then v2)."""
+    """Find the memory, pids and cpu controllers under ``root`` (v1 first, then v2)."""
     v1: dict[str, Path] = {}
-    for c in CONTROLLERS:
+    for c in (*CONTROLLERS, CPU):
         d = root / c
         if (d / "cgroup.procs").exists() and os.access(d, os.W_OK):
             v1[c] = d
@@ -105,7 +141,38 @@ def detect(root: Path = CGROUP_ROOT) -> Layout:
                 f"the {c} controller has no writable cgroup v1 hierarchy ({root / c}) and no "
                 f"cgroup v2 hierarchy is mounted under {root}"
             )
-    return Layout(v1=v1, v2=v2, v2_controllers=offered, problems=tuple(problems))
+    cpu_problem = None
+    if CPU not in v1 and CPU not in offered:
+        cpu_problem = (
+            f"the cpu controller is neither a writable cgroup v1 hierarchy ({root / CPU}) nor "
+            + (
+                f"offered by cgroup v2 ({v2}/cgroup.controllers: "
+                f"{' '.join(sorted(offered)) or 'empty'})"
+                if v2 is not None
+                else f"in a writable cgroup v2 hierarchy under {root}"
+            )
+        )
+    return Layout(
+        v1=v1, v2=v2, v2_controllers=offered, problems=tuple(problems), cpu_problem=cpu_problem
+    )
+
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_cpu(why: str) -> None:
+    """Say, once per reason and process, that the sandboxes do not get a CPU share each."""
+    with _warned_lock:
+        if why in _warned:
+            return
+        _warned.add(why)
+    log.warning(
+        "the sandboxes' CPU is not shared per sandbox: one run with many busy processes can "
+        "slow the others' runs (and their verdicts, through timeouts); give rcb-env a cgroup "
+        "cpu controller it can write (root, or a delegated cgroup v2 subtree as cgroup_root)",
+        why=why,
+    )
 
 
 def check(policy: CgroupPolicy, root: Path = CGROUP_ROOT) -> Layout:
@@ -123,7 +190,28 @@ def check(policy: CgroupPolicy, root: Path = CGROUP_ROOT) -> Layout:
             + ". Fix that, or opt out with cgroup_limits='best-effort' (limit what can be "
             "limited) or 'off' (rlimits only; --cgroup-limits on the command line)"
         )
+    if policy != "off" and layout.cpu_problem is not None:
+        _warn_cpu(layout.cpu_problem)
     return layout
+
+
+def _enable_cpu(v2: Path, parent: str) -> str | None:
+    """Enable the cpu controller in ``cgroup.subtree_control`` from ``v2`` down to ``parent``,
+    on its own, so that a refusal (with real-time group scheduling, while a real-time process
+    runs in a group below) leaves memory and pids alone; None, or why it could not be."""
+    here = v2
+    for part in [None, *parent.split("/")]:
+        if part is not None:
+            here = here / part
+        try:
+            here.mkdir(exist_ok=True)
+            control = here / "cgroup.subtree_control"
+            current = set(control.read_text().split()) if control.exists() else set()
+            if CPU not in current:
+                control.write_text(f"+{CPU}")
+        except OSError as exc:
+            return f"cannot enable the cpu controller in {here}/cgroup.subtree_control: {exc}"
+    return None
 
 
 def _enable(v2: Path, parent: str, controllers: list[str]) -> None:
@@ -156,11 +244,16 @@ class Cgroup:
         self.dirs: list[Path] = []
         self.v2_dir: Path | None = None
         self.limit_bytes = limits.memory_mb * 1024 * 1024
+        self.cpu_dir: Path | None = None
+        """The group's directory in the hierarchy of the cpu controller (None: no CPU share)."""
         if policy == "off":
             return
         layout = check(policy, root)
+        cpu_problem = layout.cpu_problem
         try:
             for c, base in layout.v1.items():
+                if c == CPU:
+                    continue  # below: its failure is not the group's
                 d = base / self.name
                 d.mkdir(parents=True, exist_ok=True)
                 self.dirs.append(d)
@@ -171,8 +264,11 @@ class Cgroup:
                 else:
                     (d / "pids.max").write_text(str(limits.pids))
             v2_wanted = [c for c in CONTROLLERS if layout.version_of(c) == "v2"]
-            if layout.v2 is not None and (v2_wanted or not self.dirs):
+            v2_cpu = layout.cpu_version == "v2"
+            if layout.v2 is not None and (v2_wanted or v2_cpu or not self.dirs):
                 # Even with no controller, a v2 group lets every process be found and killed.
+                if v2_cpu:
+                    cpu_problem = _enable_cpu(layout.v2, parent)
                 _enable(layout.v2, parent, v2_wanted)
                 d = layout.v2 / self.name
                 d.mkdir(exist_ok=True)
@@ -184,11 +280,31 @@ class Cgroup:
                         (d / "memory.swap.max").write_text("0")
                 if "pids" in v2_wanted:
                     (d / "pids.max").write_text(str(limits.pids))
+                if v2_cpu and cpu_problem is None:
+                    cpu_problem = _set_cpu(d, limits, "v2")
+                    if cpu_problem is None:
+                        self.cpu_dir = d
+            if layout.cpu_version == "v1":
+                d = layout.v1[CPU] / self.name
+                cpu_problem = _set_cpu(d, limits, "v1")
+                if cpu_problem is None:
+                    self.cpu_dir = d
+                    self.dirs.append(d)
         except OSError as exc:
             self.remove()
             if policy == "required":
                 raise CgroupUnavailableError(f"cannot set up the sandbox's cgroup: {exc}") from exc
-            self.dirs, self.v2_dir = [], None
+            self.dirs, self.v2_dir, self.cpu_dir = [], None, None
+            return
+        if cpu_problem is not None:
+            if limits.cpus is not None and policy == "required":
+                self.remove()
+                raise CgroupUnavailableError(
+                    f"cannot cap the sandbox's CPU at {limits.cpus} cores (Limits.cpus): "
+                    f"{cpu_problem}. Fix that, leave Limits.cpus unset, or opt out with "
+                    "cgroup_limits='best-effort'"
+                )
+            _warn_cpu(cpu_problem)
 
     def enter_command(self) -> list[str]:
         """A prefix that moves the launching shell into the group before it execs the rest, so
@@ -266,6 +382,34 @@ class Cgroup:
                     break
                 except OSError:
                     time.sleep(0.02)
+
+
+def _set_cpu(d: Path, limits: Limits, version: Literal["v1", "v2"]) -> str | None:
+    """Give the group ``d`` (made here for v1) the equal CPU weight and, with ``limits.cpus``,
+    its cap (at most the machine's cores); None, or why that failed (the v1 group made here is
+    removed again)."""
+    quota = None
+    if limits.cpus is not None:
+        cores = min(limits.cpus, os.cpu_count() or 1)
+        quota = max(1000, round(cores * CPU_PERIOD_US))
+    try:
+        if version == "v2":
+            (d / "cpu.weight").write_text(str(CPU_WEIGHT_V2))
+            (d / "cpu.max").write_text(f"{quota or 'max'} {CPU_PERIOD_US}")
+            return None
+        d.mkdir(parents=True)
+        try:
+            (d / "cpu.shares").write_text(str(CPU_WEIGHT_V1))
+            if quota is not None:
+                (d / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+                (d / "cpu.cfs_quota_us").write_text(str(quota))
+        except OSError:
+            with contextlib.suppress(OSError):
+                d.rmdir()
+            raise
+    except OSError as exc:
+        return f"cannot set the CPU share of the sandbox's group {d}: {exc}"
+    return None
 
 
 def with_oom(result: ExecResult, kills_before: int, after: tuple[int, bool]) -> ExecResult:

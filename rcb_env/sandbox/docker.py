@@ -52,7 +52,7 @@ from rcb_env.sandbox.docker_engine import (
     remove_container,
     remove_leftovers,
 )
-from rcb_env.sandbox.docker_pool import ContainerPool, Slot
+from rcb_env.sandbox.docker_pool import ContainerPool, Slot, cpu_options
 from rcb_env.sandbox.images import LABEL
 from rcb_env.sandbox.session import ShellSession
 from rcb_env.sandbox.warm import WarmLaunch, WarmPool
@@ -222,6 +222,7 @@ class DockerExecutor:
                     type="json-file", config={"max-size": "16m", "max-file": "2"}
                 ),
                 **container_options(self.config.limits, "grading"),
+                **cpu_options(self.config.limits),
             )
         timed_out = False
         try:
@@ -334,6 +335,9 @@ class _WarmContainer:
             "-w",
             "/",
         ]
+        nano_cpus = cpu_options(limits, self.RUNS + 1).get("nano_cpus")
+        if nano_cpus is not None:
+            argv += ["--cpus", f"{nano_cpus / 1e9:.3f}"]
         for k, v in env.items():
             argv += ["-e", f"{k}={v}"]
         return [*argv, self.executor.image]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import threading
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 from rcb_env.errors import SandboxError
 from rcb_env.sandbox import scratch as scratch_dirs
-from rcb_env.sandbox.base import SandboxConfig, chown_tree
+from rcb_env.sandbox.base import Limits, SandboxConfig, chown_tree
 from rcb_env.sandbox.docker_engine import (
     GID,
     UID,
@@ -20,6 +21,19 @@ from rcb_env.sandbox.docker_engine import (
     remove_container,
     remove_leftovers,
 )
+
+
+def cpu_options(limits: Limits, runs: int = 1) -> dict[str, Any]:
+    """A container's CPU beyond what the engine gives it anyway. Each container is a cgroup of
+    its own with the default CPU weight, the same for every container, so competing containers
+    share the CPU equally however many processes each starts. ``cpu_shares`` stays at that
+    default: on cgroup v2, runc before 1.3.2 turns an explicit 1024 into a weight of 39, below
+    every other container's 100 (opencontainers/runc#4772). With ``Limits.cpus``, a hard cap of
+    that many cores per run (``runs`` of them: the warm container holds several), at most this
+    machine's cores (the engine refuses more)."""
+    if limits.cpus is None:
+        return {}
+    return {"nano_cpus": round(min(limits.cpus * runs, os.cpu_count() or 1) * 1e9)}
 
 
 class Slot:
@@ -44,6 +58,7 @@ class Slot:
                 },
                 working_dir="/workspace",
                 **container_options(config.limits, "episode"),
+                **cpu_options(config.limits),
             )
 
     def running(self) -> bool:

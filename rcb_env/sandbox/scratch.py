@@ -1,25 +1,40 @@
 """Scratch folders (workspaces, grading copies, templates) on tmpfs, and the removal of those that
 a killed rcb-env process left behind. Each folder records its owner (host, pid and the process's
-start time, so a recycled pid is not mistaken for the owner)."""
+start time, so a recycled pid is not mistaken for the owner).
+
+What is in a scratch folder, its owner file included, may have been made by sandboxed code, so
+every removal here goes through :func:`~rcb_env.sandbox._remove.remove_tree` (bounded, total,
+following nothing) and :func:`sweep`, which every ``SandboxFactory()`` runs, never raises.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
 
 import psutil
 
+from rcb_env.logs import get_logger
+from rcb_env.sandbox._remove import Budget, remove_tree
 from rcb_env.untrusted import read_beneath
+
+log = get_logger(__name__)
 
 OWNER_FILE = ".rcb-owner"
 #: What is read of an owner file (``host pid start-time``); a larger one is unreadable.
 _OWNER_LIMIT = 4096
 #: Prefixes of rcb-env's scratch folders. Sandbox backends add theirs when they are registered
 #: (:func:`rcb_env.sandbox.backend.register_backend`), so a folder of any backend is swept.
-PREFIXES: set[str] = {"rcb-grade-", "rcb-templates-"}
+PREFIXES: set[str] = {"rcb-grade-", "rcb-templates-", "rcb-survivors-"}
+#: How long one :func:`sweep` may spend removing (all folders together); what remains is left for
+#: the next one, so a start is never held up for longer.
+SWEEP_SECONDS = 30.0
+#: What one :func:`discard` may spend; what remains is trash for a later :func:`sweep`.
+DISCARD_SECONDS = 30.0
 
 
 def register_prefix(prefix: str) -> None:
@@ -53,15 +68,20 @@ def make(prefix: str, parent: Path) -> Path:
     return path
 
 
-def discard(path: Path) -> None:
+def discard(path: Path) -> list[str]:
     """Delete a scratch folder. It is first renamed (atomically) into the trash, so a process
-    killed halfway through the deletion leaves something :func:`sweep` recognises."""
+    killed halfway through the deletion leaves something :func:`sweep` recognises, as does a
+    deletion that runs out of time (:data:`DISCARD_SECONDS`) or meets something it cannot
+    remove. Never raises; returns what is left (see :func:`remove_tree`)."""
     trash = path.with_name(f"{TRASH}{path.name}")
     try:
         path.rename(trash)
     except OSError:
         trash = path
-    shutil.rmtree(trash, ignore_errors=True)
+    left = remove_tree(trash, budget=Budget(DISCARD_SECONDS))
+    if left:
+        log.warning("scratch folder not fully removed; left for a later sweep", left=left[:3])
+    return left
 
 
 def _owner(path: Path) -> str:
@@ -81,9 +101,16 @@ def _owner(path: Path) -> str:
 
 def _alive(owner: str) -> bool:
     parts = owner.split()
-    if len(parts) != 3 or parts[0] != os.uname().nodename or not parts[1].isdigit():
+    if len(parts) != 3 or parts[0] != os.uname().nodename:
         return True  # not ours to judge (another host sharing the folder, or unreadable)
-    return _start_ticks(int(parts[1])) == parts[2]
+    pid = parts[1]
+    # isdigit() alone accepts "²" (int() then raises); sandboxed code may have written this.
+    if not (pid.isascii() and pid.isdigit() and 0 < len(pid) <= 10):
+        return True
+    try:
+        return _start_ticks(int(pid)) == parts[2]
+    except (ValueError, OverflowError):
+        return True
 
 
 def owned_by_another_process(path: Path) -> bool:
@@ -98,35 +125,52 @@ def owned_by_another_process(path: Path) -> bool:
 def sweep(parent: Path, unowned_after_s: float = 3600.0) -> int:
     """Remove scratch folders whose owning process is gone, and folders that never got an owner
     (a kill between creating the folder and writing the owner) once they are ``unowned_after_s``
-    old. Returns how many."""
+    old. Returns how many were removed entirely.
+
+    Never raises, whatever the folders hold: it runs at every ``SandboxFactory()``, so a tree
+    it could not cope with would stop every later run on the host. The removals together get
+    :data:`SWEEP_SECONDS`; what is left then (or cannot be removed) waits for the next sweep."""
+    budget = Budget(SWEEP_SECONDS)
     removed = 0
     try:
-        entries = list(parent.iterdir())
+        with os.scandir(parent) as found:
+            names = [entry.name for entry in found]
     except OSError:
         return 0
-    for entry in entries:
-        if entry.name.startswith(TRASH) and entry.is_dir():
-            try:
-                if time.time() - entry.stat().st_mtime > 60:
-                    shutil.rmtree(entry, ignore_errors=True)
-                    removed += 1
-            except OSError:
-                pass
-            continue
-        if not entry.name.startswith(tuple(PREFIXES)) or not entry.is_dir():
-            continue
+    for name in names:
         try:
-            owner = _owner(entry)
-        except OSError:
-            try:
-                stale = time.time() - entry.stat().st_mtime > unowned_after_s
-            except OSError:
-                continue
-            if stale:
-                shutil.rmtree(entry, ignore_errors=True)
+            if _sweep_one(parent / name, unowned_after_s, budget):
                 removed += 1
-            continue
-        if not _alive(owner):
-            shutil.rmtree(entry, ignore_errors=True)
-            removed += 1
+        except Exception as exc:  # never: a start must not depend on what a run left
+            log.warning("scratch folder not swept", path=str(parent / name), error=repr(exc))
     return removed
+
+
+def _sweep_one(entry: Path, unowned_after_s: float, budget: Budget) -> bool:
+    """Remove ``entry`` if :func:`sweep` should; whether it is gone now."""
+    trash = entry.name.startswith(TRASH)
+    if not trash and not entry.name.startswith(tuple(PREFIXES)):
+        return False
+    try:
+        st = entry.lstat()  # a link is nobody's scratch folder: never followed
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode):
+        return False
+    if trash:
+        # Younger trash may be in the middle of its owner's discard().
+        return time.time() - st.st_mtime > 60 and not remove_tree(entry, budget=budget)
+    try:
+        owner = _owner(entry)
+    except OSError:
+        if time.time() - st.st_mtime <= unowned_after_s:
+            return False
+    else:
+        if _alive(owner):
+            return False
+    # Into the trash first, as discard() does: an interrupted removal stays recognisable.
+    target = entry.with_name(f"{TRASH}{entry.name}")
+    with contextlib.suppress(OSError):
+        entry.rename(target)
+        entry = target
+    return not remove_tree(entry, budget=budget)

@@ -4,7 +4,10 @@ A *template* (one per snippet) is built once and shared read-only; an episode wo
 tmpfs, so a reset is a delete and a copy. File tools run on the host (as root) against the copy,
 which the sandboxed agent can also write: every path is taken lexically below the workspace, and no
 read or write follows a symbolic link there, opens anything but a regular file (a FIFO would block
-the host) or reads more than a size cap (:mod:`rcb_env.untrusted`).
+the host) or reads more than a size cap (:mod:`rcb_env.untrusted`). Every walk of it (a listing,
+a search, the changed files and the patch) is iterative and bounded in depth and entries, and
+emptying it on a reset goes through :func:`~rcb_env.sandbox._remove.remove_tree`: the agent can
+make a workspace absurd, never a host call that crashes or hangs.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
-from rcb_env.errors import AgentFacingError
+from rcb_env.errors import AgentFacingError, SandboxError
+from rcb_env.sandbox._remove import remove_tree
 from rcb_env.task.loader import _SKIP_WALK, walk_files
 from rcb_env.task.models import Paper, Snippet
 from rcb_env.task.regions import extract_region, extract_span
@@ -49,16 +53,19 @@ def build_template(paper: Paper, snippet: Snippet, dest: Path) -> Path:
 
     What the tree holds is the task source's decision (:meth:`TaskSource.write_workspace`):
     the region masked, hidden paths (tests, reference copies, declared paths) left out.
+
+    Raises:
+        SandboxError: an unfinished earlier build could not be removed.
     """
     with _template_lock:
         done = dest / ".rcb-template-complete"
         if done.exists():
             return dest
-        if dest.exists():
-            shutil.rmtree(dest)
         tmp = dest.with_name(dest.name + ".partial")
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        for stale in (dest, tmp):
+            left = remove_tree(stale)
+            if left:
+                raise SandboxError(f"cannot remove an unfinished template: {left[0]}")
         tmp.mkdir(parents=True)
         source_for(paper).write_workspace(paper, snippet, tmp)
         tmp.rename(dest)
@@ -68,13 +75,17 @@ def build_template(paper: Paper, snippet: Snippet, dest: Path) -> Path:
 
 def copy_template(template: Path, dest: Path) -> None:
     """Fresh writable copy of a template (the marker file stays behind). ``dest`` itself is kept
-    (emptied, not replaced): a container may have it bind-mounted."""
+    (emptied, not replaced): a container may have it bind-mounted. What the agent left in it is
+    removed by :func:`remove_tree` (any depth, no link followed, bounded in time).
+
+    Raises:
+        SandboxError: what the agent left could not all be removed (something immutable, or
+            more than the removal's time allows): the copy would not be pristine.
+    """
     dest.mkdir(parents=True, exist_ok=True)
-    for child in dest.iterdir():
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child)
-        else:
-            child.unlink()
+    left = remove_tree(dest, keep_top=True)
+    if left:
+        raise SandboxError(f"cannot empty the workspace for a fresh copy: {'; '.join(left[:3])}")
     shutil.copytree(
         template,
         dest,
@@ -89,6 +100,15 @@ TOOL_READ_LIMIT = 8 << 20
 DIFF_READ_LIMIT = 64 << 20
 #: Folders deeper than this below the workspace are not walked (a listing, search or diff).
 _MAX_DEPTH = 256
+#: Entries one walk of the workspace (a listing, search or diff) looks at, at most: the agent's
+#: sandbox can make millions of empty files, which is no reason for the host to spend minutes
+#: and gigabytes walking them.
+_MAX_ENTRIES = 200_000
+#: Characters of the paths one walk of the workspace yields, in all.
+_MAX_PATH_CHARS = 64 << 20
+#: Files one diff of the workspace covers, and bytes it reads (both sides), at most.
+_MAX_DIFF_FILES = 2000
+_MAX_DIFF_BYTES = 256 << 20
 _CHUNK = 1 << 20
 
 # Folders: opened only as folders, never through a symbolic link, never blocking.
@@ -277,36 +297,84 @@ def _read(root: Path, rel: str, limit: int) -> bytes:
     return data
 
 
-def _walk(root: Path, top: str, skip: frozenset[str] | set[str] = frozenset()) -> Iterator[str]:
+class _Bounds:
+    """What one walk of the workspace may cover: :data:`_MAX_ENTRIES` entries, paths of
+    :data:`_MAX_PATH_CHARS` characters in all (what a caller holds of them: a name may be 255
+    bytes at each of 256 levels), folders down to :data:`_MAX_DEPTH`, and ten times
+    :data:`_MAX_ENTRIES` folder components opened (each folder is reached from the root, one
+    component at a time, so folders deep down cost that much more). ``cut`` says, for the
+    agent, what was left out (None: nothing)."""
+
+    def __init__(self) -> None:
+        self.limit, self.depth = _MAX_ENTRIES, _MAX_DEPTH
+        self.entries, self.chars, self.opens = self.limit, _MAX_PATH_CHARS, 10 * self.limit
+        self.cut: str | None = None
+
+    def take(self, folder: str, name: str) -> bool:
+        """Account for the entry ``name`` of ``folder``; False (and :attr:`cut`) once over."""
+        self.entries -= 1
+        self.chars -= len(folder) + len(name) + 1
+        if self.entries >= 0 and self.chars >= 0:
+            return True
+        self.cut = f"more than {self.limit} entries, or paths of more than {_MAX_PATH_CHARS} "
+        self.cut += "characters in all"
+        return False
+
+    def reach(self, folder: str) -> bool:
+        """Account for opening ``folder``; False (and :attr:`cut`) once over."""
+        self.opens -= folder.count("/") + 1
+        if self.opens >= 0:
+            return True
+        self.cut = f"more than {self.limit} entries, counting folders deep down"
+        return False
+
+    def too_large(self, path: str) -> WorkspacePathError:
+        """The agent's error for a walk of ``path`` that was cut short."""
+        return WorkspacePathError(
+            f"{path}: the workspace is too large to walk ({self.cut}); remove what is not "
+            "needed, or name a smaller folder"
+        )
+
+
+def _walk(
+    root: Path, top: str, bounds: _Bounds, skip: frozenset[str] | set[str] = frozenset()
+) -> Iterator[str]:
     """Every entry below the folder ``root/top`` that is not a folder (regular files, symbolic
     links, FIFOs...), as a path relative to ``root``, in :func:`os.walk`'s order (see
     :func:`_walk_folders`)."""
-    for here, _dirs, files in _walk_folders(root, top, skip):
+    for here, _dirs, files in _walk_folders(root, top, bounds, skip):
         for name in files:
             yield _join(here, name)
 
 
 def _walk_folders(
-    root: Path, top: str, skip: frozenset[str] | set[str] = frozenset()
+    root: Path, top: str, bounds: _Bounds, skip: frozenset[str] | set[str] = frozenset()
 ) -> Iterator[tuple[str, list[str], list[str]]]:
     """Like :func:`os.walk` (top-down, names sorted) below ``root/top``, following no symbolic
-    link: yields (folder relative to ``root``, its subfolders, its other entries). A link to a
-    folder is an entry, not a folder walked into. Each folder is opened afresh from ``root``,
-    one component at a time, as a folder that is no link, so nothing swapped in meanwhile is
-    entered or opened; one that is no longer a folder is skipped. Folders named in ``skip``
-    are left out, as are folders deeper than :data:`_MAX_DEPTH`."""
+    link, without recursion: yields (folder relative to ``root``, its subfolders, its other
+    entries). A link to a folder is an entry, not a folder walked into. Each folder is opened
+    afresh from ``root``, one component at a time, as a folder that is no link, so nothing
+    swapped in meanwhile is entered or opened; one that is no longer a folder is skipped.
+    Folders named in ``skip`` are left out. Within ``bounds``: once it is used up the walk
+    ends, below its depth folders are not entered; either sets ``bounds.cut``."""
     stack = [(top, 0)]
     while stack:
         here, depth = stack.pop()
         dirs: list[str] = []
         files: list[str] = []
+        if not bounds.reach(here):
+            return
         try:
             fd = _open_dir(root, here)
         except OSError:
             continue
+        full = False
         try:
             with os.scandir(fd) as entries:
                 for entry in entries:
+                    if not bounds.take(here, entry.name):
+                        full = True
+                        break
                     try:
                         is_dir = entry.is_dir(follow_symlinks=False)
                     except OSError:
@@ -321,23 +389,35 @@ def _walk_folders(
             os.close(fd)
         dirs.sort()
         files.sort()
-        yield here, dirs, files
-        if depth < _MAX_DEPTH:
+        yield here, dirs, files  # what was taken of a folder that filled the bounds, too
+        if full:
+            return
+        if depth < bounds.depth:
             stack.extend((_join(here, d), depth + 1) for d in reversed(dirs))
+        elif dirs:
+            bounds.cut = bounds.cut or f"folders nested more than {bounds.depth} deep"
 
 
 def list_tree(root: Path, path: str = ".", max_entries: int = 2000) -> list[str]:
     """Files under ``path`` (relative POSIX paths), folders marked with a trailing ``/``.
-    A symbolic link is listed by its own name (whatever it points to; it is not followed)."""
+    A symbolic link is listed by its own name (whatever it points to; it is not followed).
+
+    Raises:
+        WorkspacePathError: a bad path, or a folder too large to walk (:class:`_Bounds`).
+    """
     rel = _agent_path(root, path)
     if not stat.S_ISDIR(_entry(root, rel, path).st_mode):
         return [rel]
     out: list[str] = []
-    for here, dirs, files in _walk_folders(root, rel, {"__pycache__"}):
+    bounds = _Bounds()
+    for here, dirs, files in _walk_folders(root, rel, bounds, frozenset({"__pycache__"})):
         out.extend(_join(here, d) + "/" for d in dirs)
         out.extend(_join(here, name) for name in files)
         if len(out) >= max_entries:
             break
+    else:
+        if bounds.cut is not None:
+            raise bounds.too_large(path)
     return sorted(out)[:max_entries]
 
 
@@ -444,7 +524,12 @@ def search(
     root: Path, pattern: str, path: str = ".", glob: str | None = None, max_matches: int = 200
 ) -> list[tuple[str, int, str]]:
     """Regex search over text files: (file, 1-based line, line) triples. Only regular files
-    (symbolic links are not followed) of at most :data:`TOOL_READ_LIMIT` bytes are searched."""
+    (symbolic links are not followed) of at most :data:`TOOL_READ_LIMIT` bytes are searched.
+
+    Raises:
+        WorkspacePathError: a bad path or pattern, or a folder too large to walk
+            (:class:`_Bounds`) before ``max_matches`` were found.
+    """
     try:
         rx = re.compile(pattern)
     except re.error as exc:
@@ -452,11 +537,12 @@ def search(
     rel = _agent_path(root, path)
     mode = _entry(root, rel, path).st_mode
     files: Iterator[str]
+    bounds = _Bounds()
     if stat.S_ISDIR(mode):
         prefix = "" if rel == "." else rel + "/"
         files = (
             f
-            for f in _walk(root, rel, _SKIP_WALK)
+            for f in _walk(root, rel, bounds, _SKIP_WALK)
             if glob is None or PurePosixPath(f[len(prefix) :]).match(glob)
         )
     else:
@@ -474,6 +560,8 @@ def search(
                 out.append((f, i, line[:500]))
                 if len(out) >= max_matches:
                     return out
+    if bounds.cut is not None:
+        raise bounds.too_large(path)
     return out
 
 
@@ -497,14 +585,32 @@ def _same_content(template_file: Path, workspace: Path, rel: str) -> bool:
 def changed_files(template: Path, workspace: Path) -> list[str]:
     """Files added, removed or modified in the workspace relative to the template. Anything in
     the workspace that is not a regular file (a symbolic link, a FIFO...) counts as changed
-    and is not opened."""
+    and is not opened. Never fails on an absurd workspace: what lies beyond the walk's bounds
+    (:class:`_Bounds`) is left out."""
+    return _changes(template, workspace)[0]
+
+
+def _changes(template: Path, workspace: Path) -> tuple[list[str], str | None]:
+    """:func:`changed_files`, and what the walk of the workspace left out (None: nothing)."""
     before = {f for f in walk_files(template) if f != ".rcb-template-complete"}
-    after = set(_walk(workspace, ".", _SKIP_WALK))
+    bounds = _Bounds()
+    after = set(_walk(workspace, ".", bounds, _SKIP_WALK))
+    if bounds.cut is not None:  # template files the walk did not reach: looked up by name
+        after |= {f for f in before - after if _is_there(workspace, f)}
     changed = sorted(before ^ after)
     for f in sorted(before & after):
         if not _same_content(template / f, workspace, f):
             changed.append(f)
-    return sorted(changed)
+    return sorted(changed), bounds.cut
+
+
+def _is_there(root: Path, rel: str) -> bool:
+    """Is there an entry ``root/rel`` that is not a folder (reached without a link)?"""
+    try:
+        st = _lstat(root, rel)
+    except OSError:
+        return False
+    return st is not None and not stat.S_ISDIR(st.st_mode)
 
 
 def _template_bytes(path: Path) -> bytes | None:
@@ -517,9 +623,25 @@ def _template_bytes(path: Path) -> bytes | None:
 def unified_diff(template: Path, workspace: Path, files: list[str] | None = None) -> str:
     """A unified diff (``a/`` = masked original, ``b/`` = workspace) of the changed text files.
     A workspace entry that is not a regular file (a symbolic link, a FIFO...) is not opened, and
-    neither side is read beyond :data:`DIFF_READ_LIMIT` bytes: such a file gets a one-line note."""
+    neither side is read beyond :data:`DIFF_READ_LIMIT` bytes: such a file gets a one-line note,
+    as does a workspace too large to walk (:class:`_Bounds`), whose diff covers what was walked.
+    At most :data:`_MAX_DIFF_FILES` files and :data:`_MAX_DIFF_BYTES` bytes are diffed (the
+    template's own files first when there are more): one line counts the rest."""
     chunks: list[str] = []
-    for rel in files if files is not None else changed_files(template, workspace):
+    if files is None:
+        files, cut = _changes(template, workspace)
+        if cut is not None:
+            chunks.append(f"Workspace b/ not compared in full ({cut}): the diff covers part\n")
+    if len(files) > _MAX_DIFF_FILES:
+        files = sorted(files, key=lambda rel: (not (template / rel).is_file(), rel))
+    spent = 0
+    for done, rel in enumerate(files):
+        if done >= _MAX_DIFF_FILES or spent > _MAX_DIFF_BYTES:
+            chunks.append(
+                f"{len(files) - done} more changed files not diffed (a diff covers at most "
+                f"{_MAX_DIFF_FILES} files and {_MAX_DIFF_BYTES} bytes)\n"
+            )
+            break
         old_p = template / rel
         old = _template_bytes(old_p) if old_p.is_file() else b""
         new_exists = True
@@ -536,6 +658,7 @@ def unified_diff(template: Path, workspace: Path, files: list[str] | None = None
         except (OSError, ValueError) as exc:
             chunks.append(f"File b/{rel} cannot be read ({exc}): not diffed\n")
             continue
+        spent += len(old or b"") + len(new or b"")
         if old is None or new is None:
             chunks.append(
                 f"Files a/{rel} and b/{rel} differ (larger than {DIFF_READ_LIMIT} bytes: "

@@ -14,12 +14,12 @@ from __future__ import annotations
 import ast
 import json
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from rcb_env import envs
 from rcb_env.errors import SandboxError
+from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox.base import Executor
 from rcb_env.task.annotations import insert
 from rcb_env.task.models import Paper, Snippet
@@ -79,7 +79,9 @@ def classify(
         "mutants": {key: insert(text, snippet.span, body) for key, body in survivors.items()},
     }
     scratch.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="rcb-survivors-", dir=scratch))
+    # A scratch folder (owned, swept if this process dies) and removed by scratch_dirs.discard,
+    # which copes with whatever the probe, running the mutants' code, left in the copy.
+    work = scratch_dirs.make("rcb-survivors-", scratch)
     work.chmod(0o755)  # the sandbox user must reach the copy
     try:
         copy = work / "paper"
@@ -97,7 +99,7 @@ def classify(
             writable=copy,
         )
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        scratch_dirs.discard(work)
     lines = [ln for ln in ran.stdout.splitlines() if ln.startswith("{")]
     if ran.exit_code != 0 or not lines:
         return {}
