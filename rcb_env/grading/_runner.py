@@ -431,36 +431,10 @@ _INTROSPECTION_ATTRIBUTES = frozenset(
     }
 )
 #: Methods by which a value decides its own comparisons, conversions or array/tensor
-#: dispatch: a class of the candidate's code may not define them (a value that lies).
-_LYING = frozenset(
-    {
-        "__eq__",
-        "__ne__",
-        "__lt__",
-        "__le__",
-        "__gt__",
-        "__ge__",
-        "__bool__",
-        "__float__",
-        "__int__",
-        "__index__",
-        "__complex__",
-        "__abs__",
-        "__round__",
-        "__sub__",
-        "__rsub__",
-        "__torch_function__",
-        "__torch_dispatch__",
-        "__array_ufunc__",
-        "__array_function__",
-        "__array__",
-        "__array_wrap__",
-        "__array_priority__",
-        "__instancecheck__",
-        "__subclasscheck__",
-        "__getattribute__",
-    }
-)
+#: dispatch: a class of the candidate's code may not define them (a value that lies). One list
+#: with the candidate policy's (``policy.py``, put beside this file by the grader), read by
+#: :func:`run` before any tested code exists.
+_LYING: frozenset[str] = frozenset()
 #: Library functions (by file name) that read their caller's frame for its module name or
 #: globals and never hand the frame out: called by the candidate directly, they are allowed.
 _FRAME_USERS = {
@@ -535,6 +509,7 @@ def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
         identities[label] = (fd, (st.st_dev, st.st_ino))
     state: dict[str, Any] = {"seq": 0, "broken": False, "test": None, "returned": None}
     kept: dict[tuple[str, str], Any] = {}
+    lying_names = _LYING
     closed = [False]
     busy: set[int] = set()
     #: (label, object, names, snapshot)
@@ -603,7 +578,7 @@ def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
         they are no function at all: a builtin standing in for a method)."""
         found = []
         own = type.__dict__["__dict__"].__get__(cls)
-        for name in _LYING:
+        for name in lying_names:
             value = own.get(name, _MISSING)
             if value is _MISSING or value is None:
                 continue
@@ -1005,6 +980,13 @@ def _main(
     return _Program(result)
 
 
+def _read_policy() -> None:
+    """The lying methods' list, from the candidate policy beside this file."""
+    global _LYING
+    here = os.path.dirname(os.path.abspath(__file__))
+    _LYING = frozenset(runpy.run_path(os.path.join(here, "policy.py"))["LYING_METHODS"])
+
+
 def _close_keyrings() -> None:
     """Run :func:`keyrings.close_keyrings` from the copy of ``rcb_env/sandbox/_keyrings.py``
     that the grader puts beside this file (one source for the grading runs and the sandboxes'
@@ -1088,6 +1070,7 @@ def _start(report_path: str, key_path: str) -> None:
 
 def run() -> int:
     test_file, report_path, key_path = sys.argv[1], sys.argv[2], sys.argv[3]
+    _read_policy()
     _start(report_path, key_path)
     _close_keyrings()
     if len(sys.argv) >= 7:

@@ -57,6 +57,8 @@ OFFICIAL_ERROR_WORDS = ("Error:", "Exception:", "Traceback", "failed")
 RUNNER_SOURCE = Path(__file__).with_name("_runner.py")
 #: Copied beside the runner, which runs it before anything else (see the module's notes).
 KEYRINGS_SOURCE = keyrings_module.__file__
+#: Copied beside the runner: its list of lying methods is the policy's.
+POLICY_SOURCE = Path(policy.__file__)
 #: How the grading copy's location appears in reported output.
 GRADING_DIR = "/grading"
 _PASSTHROUGH_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "LANG", "LC_ALL", "TZ")
@@ -342,6 +344,7 @@ class Grader:
                 rcb.mkdir()
                 shutil.copyfile(RUNNER_SOURCE, rcb / "runner.py")
                 shutil.copyfile(KEYRINGS_SOURCE, rcb / "keyrings.py")
+                shutil.copyfile(POLICY_SOURCE, rcb / "policy.py")
                 key = secrets.token_hex(32).encode()
                 (rcb / "key").write_bytes(key)
                 lo, hi = self._candidate_lines(paper, snippet, folder)

@@ -264,7 +264,7 @@ def grade(tests_dir: str, spec: dict[str, Any], body: str) -> dict[str, Any]:
             lo, hi = 0, 0  # the reference is trusted
         rcb = os.path.join(work, "_rcb")
         os.mkdir(rcb)
-        for name in ("runner.py", "keyrings.py"):
+        for name in ("runner.py", "keyrings.py", "policy.py"):
             shutil.copyfile(os.path.join(tests_dir, "rcb", name), os.path.join(rcb, name))
         key = secrets.token_hex(32).encode()
         with open(os.path.join(rcb, "key"), "wb") as f:
