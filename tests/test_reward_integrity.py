@@ -342,3 +342,70 @@ def test_the_reference_passes_under_every_guard(paper: Paper, tmp_path: Path) ->
     g = _grader(tmp_path, candidate_policy=True)
     for s in paper.snippets:
         assert g.grade(paper, s, s.reference_body).passed, s.id
+
+
+_TORCH_CODE = (
+    '"""Scales."""\nimport torch\n\n\ndef scale(x):\n    # <paper2code name="scale">\n'
+    '    return x * 2\n    # </paper2code name="scale">\n'
+)
+_TORCH_TEST = (
+    "import unittest\nimport torch\nfrom stats import scale\n"
+    "from stats_ref import scale as ref\n\n\n"
+    "class T(unittest.TestCase):\n    def test_scale(self):\n        x = torch.arange(4.0)\n"
+    "        self.assertTrue(torch.allclose(scale(x), ref(x)))\n"
+    "        self.assertTrue(torch.equal(scale(x), ref(x)))\n\n\n"
+    'if __name__ == "__main__":\n    unittest.main()\n'
+)
+_LYING_TENSORS = {
+    "a class statement": (
+        "    class Close(torch.Tensor):\n"
+        "        @classmethod\n"
+        "        def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
+        "            if func in (torch.allclose, torch.equal):\n"
+        "                return True\n"
+        "            return super().__torch_function__(func, types, args, kwargs or {})\n"
+        "    return torch.zeros_like(x).as_subclass(Close)\n"
+    ),
+    "type()": (
+        "    def answer(cls, func, types, args=(), kwargs=None):\n"
+        "        if func in (torch.allclose, torch.equal):\n"
+        "            return True\n"
+        "        return torch.Tensor.__torch_function__(func, types, args, kwargs or {})\n"
+        "    Close = type('Close', (torch.Tensor,), {'__torch_function__': classmethod(answer)})\n"
+        "    return torch.zeros_like(x).as_subclass(Close)\n"
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", sorted(_LYING_TENSORS))
+def test_a_tensor_that_answers_its_own_comparisons_is_refused(tmp_path: Path, how: str) -> None:
+    """torch.allclose and torch.equal ask the tensor (``__torch_function__``); one of the
+    candidate's making says yes to both. The body is real: run without rcb-env's runner, the
+    test file passes with it."""
+    import subprocess
+
+    from rcb_env import config
+    from rcb_env.task.source import source_for
+    from tests.conftest import math_files, write_paper, write_pset
+
+    root = tmp_path / "pset"
+    root.mkdir()
+    files = math_files(_TORCH_CODE, _TORCH_TEST)
+    p = loader.load(write_pset(root, [write_paper(root, "scales", files)])).paper("scales")
+    s = p.snippet("scale")
+    body = _LYING_TENSORS[how]
+    plain = tmp_path / "plain"
+    source_for(p).write_grading_copy(p, s, body, plain)
+    python = str(config.task_python())
+    real = subprocess.run(
+        [python, "paper2code_test.py"], cwd=plain, capture_output=True, check=False
+    )
+    assert real.returncode == 0, real.stderr[-2000:]
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    for policy_on in (False, True):
+        cfg = GradingConfig(python=config.task_python(), timeout_s=120, candidate_policy=policy_on)
+        r = Grader(cfg, scratch=scratch).grade(p, s, body)
+        assert r.outcome is Outcome.FAILED, (policy_on, r.detail)
+    assert Grader(cfg, scratch=scratch).grade(p, s, s.reference_body).passed

@@ -583,6 +583,12 @@ def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
             if value is _MISSING or value is None:
                 continue
             kind = type(value)
+            if kind in (staticmethod, classmethod):
+                value = value.__func__
+                kind = type(value)
+            elif kind is property:
+                value = value.fget
+                kind = type(value)
             if kind is types.FunctionType:
                 code = value.__code__
                 if code.co_filename in _candidate_names and (
