@@ -409,3 +409,26 @@ def test_a_tensor_that_answers_its_own_comparisons_is_refused(tmp_path: Path, ho
         r = Grader(cfg, scratch=scratch).grade(p, s, body)
         assert r.outcome is Outcome.FAILED, (policy_on, r.detail)
     assert Grader(cfg, scratch=scratch).grade(p, s, s.reference_body).passed
+
+
+@pytest.mark.parametrize(
+    "probe",
+    [
+        "os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)",  # evict a shared file's pages
+        "os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT)",  # ask whether they are cached
+        "__import__('mmap').mmap(fd, 0, prot=1).madvise(21)",  # MADV_PAGEOUT
+    ],
+)
+def test_the_page_cache_is_neither_set_nor_read_from_a_run(
+    paper: Paper, tmp_path: Path, probe: str
+) -> None:
+    """The host-wide state one run could set for the next to read (which pages of a shared
+    read-only file are cached): the calls that set or read it precisely are refused to the
+    test process and whatever it starts (seccomp)."""
+    body = (
+        f"    import os\n    fd = os.open({sys.executable!r}, os.O_RDONLY)\n    {probe}\n"
+        "    m = mean(xs)\n    return sum((x - m) ** 2 for x in xs) / len(xs)\n"
+    )
+    r = _grader(tmp_path, candidate_policy=False).grade(paper, paper.snippet("variance"), body)
+    assert r.outcome is Outcome.FAILED
+    assert any("Operation not permitted" in t.message for t in r.tests), r.detail

@@ -1053,6 +1053,101 @@ class _GuardedStream:
 _output: list[_GuardedStream] = []
 
 
+#: System calls that set or read which pages of a file are cached: the host-wide state by which
+#: one run could leave what it learned for the next (a shared read-only file's pages evicted or
+#: not), refused to the test process and everything it starts. Per architecture: (the audit
+#: architecture, {name: number}).
+_PAGE_CACHE_CALLS = {
+    "x86_64": (
+        0xC000003E,
+        {
+            "fadvise64": 221,
+            "mincore": 27,
+            "readahead": 187,
+            "preadv2": 327,
+            "pwritev2": 328,
+            "process_madvise": 440,
+            "cachestat": 451,
+        },
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {
+            "fadvise64": 223,
+            "mincore": 232,
+            "readahead": 213,
+            "preadv2": 286,
+            "pwritev2": 287,
+            "process_madvise": 440,
+            "cachestat": 451,
+        },
+    ),
+}
+_MADVISE = {"x86_64": 28, "aarch64": 233}
+#: madvise advice that evicts pages (MADV_COLD, MADV_PAGEOUT); the rest is the allocators'.
+_EVICTING_ADVICE = (20, 21)
+
+
+def _seccomp_program(machine: str) -> bytes | None:
+    """A classic BPF program (seccomp's filter) that answers EPERM to the page-cache calls,
+    to madvise with evicting advice and to the x32 ABI, and allows the rest; None on an
+    architecture without a table."""
+    import struct
+
+    if machine not in _PAGE_CACHE_CALLS:
+        return None
+    arch, calls = _PAGE_CACHE_CALLS[machine]
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    numbers = sorted(calls.values())
+    # Layout: 0 ld arch; 1 jeq arch; 2 ld nr; 3 jge x32; then one jeq per call; madvise jeq;
+    # ret allow; [madvise: ld advice; jeq cold; jeq pageout; ret allow]; ret deny.
+    program: list[tuple[int, int, int, int]] = []
+    n = len(numbers)
+    deny_at = 4 + n + 1 + 1 + 4
+    madvise_at = 4 + n + 1 + 1
+    program.append((ld, 0, 0, 4))
+    program.append((jeq, 0, deny_at - 2, arch))
+    program.append((ld, 0, 0, 0))
+    program.append((jge, deny_at - 4, 0, 0x40000000))
+    for i, number in enumerate(numbers):
+        here = 4 + i
+        program.append((jeq, deny_at - here - 1, 0, number))
+    here = 4 + n
+    program.append((jeq, madvise_at - here - 1, 0, _MADVISE[machine]))
+    program.append((ret, 0, 0, allow))
+    program.append((ld, 0, 0, 16 + 8 * 2))  # args[2], its low 32 bits (little-endian)
+    program.append((jeq, deny_at - (madvise_at + 1) - 1, 0, _EVICTING_ADVICE[0]))
+    program.append((jeq, deny_at - (madvise_at + 2) - 1, 0, _EVICTING_ADVICE[1]))
+    program.append((ret, 0, 0, allow))
+    program.append((ret, 0, 0, deny))
+    return b"".join(struct.pack("=HBBI", *op) for op in program)
+
+
+def _deny_page_cache_calls() -> None:
+    """Install :func:`_seccomp_program` for this process and its children (no_new_privs first,
+    as an unprivileged process must). Where it cannot be installed (an old kernel, a container
+    that forbids seccomp), the run goes on without it."""
+    import ctypes
+    import platform
+
+    program = _seccomp_program(platform.machine())
+    if program is None:
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return
+
+    class _Filter(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    prog = _Filter(len(program) // 8, program)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        return
+    libc.prctl(22, 2, ctypes.byref(prog), 0, 0)  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+
+
 def _start(report_path: str, key_path: str) -> None:
     """Read the key (it leaves the disk before any code under test exists), open the report
     and make the vault; none of it stays in a frame that outlives this call."""
@@ -1077,6 +1172,7 @@ def _start(report_path: str, key_path: str) -> None:
 def run() -> int:
     test_file, report_path, key_path = sys.argv[1], sys.argv[2], sys.argv[3]
     _read_policy()
+    _deny_page_cache_calls()
     _start(report_path, key_path)
     _close_keyrings()
     if len(sys.argv) >= 7:
