@@ -233,8 +233,9 @@ def bwrap_config(require_bwrap: None) -> SandboxConfig:
 
 @pytest.fixture
 def task_grading() -> GradingConfig:
-    """Grading with the task interpreter (readable by the sandbox user)."""
-    return GradingConfig(python=config.task_python(), timeout_s=60)
+    """Grading with the task interpreter (readable by the sandbox user); the candidate policy
+    off, so that a body runs and meets the run-time guards and the sandbox's limits."""
+    return GradingConfig(python=config.task_python(), timeout_s=60, candidate_policy=False)
 
 
 DOCKER_BASE = os.environ.get("RCB_DOCKER_BASE", "rcb-env/debian-python:bookworm")

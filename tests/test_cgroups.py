@@ -17,6 +17,11 @@ from rcb_env.sandbox import cgroups as cg
 from rcb_env.sandbox.conformance import live_processes
 from rcb_env.task import bundled_root, load
 
+#: The parent group of these tests: the cgroup2 mount is the host's one hierarchy, which every
+#: worker of a parallel run shares, so each worker has a parent of its own (one worker's clean-up
+#: removed another's group while it was in use).
+_PARENT = f"rcb-test-{os.getpid()}"
+
 
 @pytest.fixture
 def v2_mount(tmp_path: Path) -> Iterator[Path]:
@@ -33,7 +38,7 @@ def v2_mount(tmp_path: Path) -> Iterator[Path]:
     try:
         yield where
     finally:
-        parent = where / "rcb-test"
+        parent = where / _PARENT
         if parent.is_dir():
             for child in parent.iterdir():
                 if child.is_dir():
@@ -63,21 +68,21 @@ def test_a_v2_hierarchy_without_the_controllers_is_a_loud_error(v2_mount: Path) 
     assert "cgroup.controllers" in message
     assert "best-effort" in message
     with pytest.raises(cg.CgroupUnavailableError):
-        cg.Cgroup(Limits(), "rcb-test", policy="required", root=v2_mount)
+        cg.Cgroup(Limits(), _PARENT, policy="required", root=v2_mount)
 
 
 def test_no_hierarchy_at_all_is_a_loud_error(tmp_path: Path) -> None:
     with pytest.raises(cg.CgroupUnavailableError, match="no cgroup v2 hierarchy is mounted"):
         cg.check("required", tmp_path)
-    group = cg.Cgroup(Limits(), "rcb-test", policy="best-effort", root=tmp_path)
+    group = cg.Cgroup(Limits(), _PARENT, policy="best-effort", root=tmp_path)
     assert group.dirs == []
     assert group.enter_command() == []
 
 
 def test_best_effort_on_v2_still_gathers_and_kills_every_process(v2_mount: Path) -> None:
-    group = cg.Cgroup(Limits(), "rcb-test", policy="best-effort", root=v2_mount)
+    group = cg.Cgroup(Limits(), _PARENT, policy="best-effort", root=v2_mount)
     assert group.v2_dir is not None
-    assert group.v2_dir.parent == v2_mount / "rcb-test"
+    assert group.v2_dir.parent == v2_mount / _PARENT
     proc = subprocess.Popen(
         [*group.enter_command(), "sh", "-c", "sleep 612.5 & exec sleep 613.5"],
         start_new_session=True,
@@ -123,7 +128,7 @@ def test_bwrap_refuses_to_run_without_limits_unless_told(
 ) -> None:
     paper = load(bundled_root()).paper("adamw-warmup")
     cfg = SandboxConfig(
-        backend="bwrap", options={"cgroup_root": v2_mount, "cgroup_parent": "rcb-test"}
+        backend="bwrap", options={"cgroup_root": v2_mount, "cgroup_parent": _PARENT}
     )
     with pytest.raises(cg.CgroupUnavailableError, match="cannot limit the sandboxes"):
         SandboxFactory(cfg)
