@@ -45,6 +45,7 @@ import importlib.abc
 import importlib.util
 import json
 import linecache
+import operator
 import os
 import resource
 import runpy
@@ -515,6 +516,8 @@ def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
     #: (label, object, names, snapshot)
     watched: list[tuple[str, Any, tuple[str, ...] | None, dict[str, tuple[Any, Any]]]] = []
     modules_seen: set[int] = set()
+    #: (name, its namespace, a copy of it as first seen): compared in full checks only
+    module_copies: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
     #: classes deriving from a value type before the tested code could make any
     known_classes: set[int] = set()
     baseline: list[bool] = []
@@ -641,11 +644,13 @@ def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
             if id(module) in modules_seen or name == "__main__" or module is None:
                 continue
             modules_seen.add(id(module))
-            origin = getattr(module, "__file__", None) or ""
-            if origin and os.path.abspath(origin) in _candidate_names:
+            try:
+                namespace = object.__getattribute__(module, "__dict__")
+            except AttributeError:
+                continue
+            if type(namespace) is not dict or namespace.get("__file__") in _candidate_names:
                 continue  # the candidate's own module is its own
-            if type(getattr(module, "__dict__", None)) is dict:
-                watched.append((f"module {name}", module, None, _snapshot(module, None)))
+            module_copies.append((name, namespace, namespace.copy()))
         for library, attrs in (("numpy", ("ndarray", "generic")), ("torch", ("Tensor",))):
             loaded = sys.modules.get(library)
             for attr in attrs:
@@ -660,8 +665,33 @@ def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
             for cls in value_classes():
                 known_classes.add(id(cls))
 
-    def check(where: str) -> None:
+    is_ = operator.is_
+
+    def modules_moved() -> list[str]:
+        """What the modules now bind to another callable or module than when first seen (a
+        library's own in-place wrapper aside)."""
         moved = []
+        wrappers = (staticmethod, classmethod, types.ModuleType)
+        for name, namespace, first in module_copies:
+            if all(map(is_, map(namespace.get, first), first.values())):
+                continue  # nothing rebound (a loop in C: a hundred thousand names in ms)
+            for attr, value in first.items():
+                current = namespace.get(attr, _MISSING)
+                if current is value:
+                    continue
+                kind = type(value)
+                if issubclass(kind, _PLAIN_DATA):
+                    continue
+                if not (callable(value) or issubclass(kind, wrappers)):
+                    continue
+                if decorated(current, value):
+                    first[attr] = current
+                    continue
+                moved.append(f"module {name}.{attr}")
+        return moved
+
+    def check(where: str, full: bool) -> None:
+        moved = modules_moved() if full else []
         for label, obj, _names, snap in watched:
             try:
                 now = dict(vars(obj))
@@ -682,7 +712,7 @@ def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
                 same = False
             if not same:
                 moved.append(f"the {label} descriptor ({fd})")
-        for cls in value_classes():
+        for cls in value_classes() if full else ():
             if id(cls) in known_classes:
                 continue
             told = lying(cls)
@@ -786,7 +816,7 @@ def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
                 watch_modules()
             elif event == _CHECK:
                 watch_modules()  # modules loaded since: from now on
-                check(args[0])
+                check(args[0], bool(args[1]))
         finally:
             busy.discard(me)
 
@@ -804,8 +834,13 @@ def _watch(label: str, obj: Any, names: tuple[str, ...] | None = None) -> None:
     sys.audit(_WATCH, label, obj, names)
 
 
-def _check(where: str) -> None:
-    sys.audit(_CHECK, where)
+def _check(where: str, full: bool = False) -> None:
+    """Ask the vault whether what the verdict depends on changed: after each test the
+    framework, builtins, comparison functions and descriptors; in full (after the test module is
+    loaded, and at the end) also every loaded module and every value type made since. A change
+    the tested code makes persists to the end unless it undoes it, which the candidate policy
+    does not let it write."""
+    sys.audit(_CHECK, where, full)
 
 
 def _describe(exc_info: tuple[Any, Any, Any]) -> dict[str, Any]:
@@ -1242,7 +1277,7 @@ def run() -> int:
         _emit(event)
         traceback.print_exc()
         code = 1
-    _check("end")
+    _check("end", full=True)
     _emit({"event": EV_DONE, "code": code, "main_calls": _main_calls})
     return code
 
