@@ -73,6 +73,8 @@ REFUSED = {
         "format",
     ),
     "eval": ("    return eval('1')\n", "eval"),
+    "a library's value that equals anything": ("    return np.ma.masked_all(3)\n", "np.ma"),
+    "the same, imported": ("    from numpy import ma\n    return ma.masked\n", "ma"),
     "a body that only parses in context": ('    return """\n', "parse"),
 }
 
@@ -80,7 +82,9 @@ REFUSED = {
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_the_policy_refuses_each_way_to_the_machinery(case: str) -> None:
     body, why = REFUSED[case]
-    found = policy.check(body, "import math\nfrom stats import mean\n", "    return 1.0\n")
+    found = policy.check(
+        body, "import math\nimport numpy as np\nfrom stats import mean\n", "    return 1.0\n"
+    )
     assert found, case
     assert any(why in f.what for f in found), found
 

@@ -53,6 +53,11 @@ DENIED_MODULES = frozenset(
         "inspect",
         "marshal",
         "mmap",
+        "mock",
+        "dirty_equals",
+        "hamcrest",
+        "numpy.ma",
+        "torch.masked",
         "multiprocessing",
         "nose",
         "pdb",
@@ -99,10 +104,26 @@ DENIED_NAMES = frozenset(
 )
 
 #: Attribute names a body may not use (``x.eval()`` and ``re.compile`` are ordinary methods;
-#: these are reflection or the test framework's control flow under any receiver).
+#: these are reflection, the test framework's control flow, or a library's values that compare
+#: equal to anything: a fully masked array passes ``numpy.testing.assert_allclose``).
 DENIED_ATTRIBUTES = frozenset(
-    {"attrgetter", "methodcaller", "Formatter", "getattr_static", "SkipTest", "skipTest"}
+    {
+        "attrgetter",
+        "methodcaller",
+        "Formatter",
+        "getattr_static",
+        "SkipTest",
+        "skipTest",
+        "MaskedArray",
+        "MaskedTensor",
+        "masked_tensor",
+        "as_masked_tensor",
+        "ANY",
+        "approx",
+    }
 )
+#: Submodules of what a body imported that it may not reach by attribute (``np.ma``).
+DENIED_SUBMODULES = frozenset({"ma", "masked"})
 
 #: Reflection builtins: allowed only as a direct call with a constant, public attribute name.
 ATTRIBUTE_BUILTINS = frozenset({"getattr", "setattr", "delattr", "hasattr"})
@@ -248,7 +269,13 @@ class _Checker(ast.NodeVisitor):
             if alias.name == "*":
                 self.flag(node, "imports * (names it cannot see)")
                 continue
-            if _dunder(alias.name) or alias.name in DENIED_NAMES or alias.name.startswith("_"):
+            if (
+                _dunder(alias.name)
+                or alias.name in DENIED_NAMES
+                or alias.name.startswith("_")
+                or alias.name in DENIED_ATTRIBUTES
+                or (alias.name in DENIED_SUBMODULES and node.module in ("numpy", "torch"))
+            ):
                 self.flag(node, f"imports the name {alias.name}")
             self.shared.add(alias.asname or alias.name)
 
@@ -268,6 +295,14 @@ class _Checker(ast.NodeVisitor):
         attr = node.attr
         if attr in DENIED_ATTRIBUTES:
             self.flag(node, f"uses .{attr}")
+        elif (
+            attr in DENIED_SUBMODULES
+            and isinstance(node.value, ast.Name)
+            and node.value.id in self.shared
+        ):
+            self.flag(
+                node, f"uses {node.value.id}.{attr} (masked values compare equal to anything)"
+            )
         elif _dunder(attr):
             if attr not in ALLOWED_DUNDERS or (
                 attr == "__class__" and isinstance(node.ctx, (ast.Store, ast.Del))

@@ -389,6 +389,9 @@ ATTACKS.update(
         "interrupt the test program (KeyboardInterrupt)": f"{_I}raise KeyboardInterrupt\n",
         # 2. Values that lie.
         "an array whose comparisons always hold (ndarray subclass)": _LYING_ARRAY,
+        "a fully masked array (numpy.ma), which numpy.testing compares as equal": (
+            f"{_I}m_hat = v_hat = np.ma.masked_all(np.shape(self.m))\n"
+        ),
         # 3. The runner, reached from the tested code.
         "sign passed for every test with the runner's own emitter": _SIGN_PASSED,
         "read the reference source the runner keeps in memory": (
