@@ -447,6 +447,7 @@ def _warm_container_argv(executor: DockerExecutor) -> list[str]:
 
 @pytest.mark.docker
 @pytest.mark.slow
+@pytest.mark.exclusive  # a timing test: in a full parallel run its warm process died twice
 def test_a_warm_docker_run_with_a_hundred_busy_sessions_does_not_slow_a_run_beside_it(
     docker_images: str,
 ) -> None:
