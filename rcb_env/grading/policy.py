@@ -82,38 +82,35 @@ DENIED_MODULES = frozenset(
     }
 )
 
+#: Reflection by name (attribute getters, format fields, static lookups) and the test
+#: framework's skip: refused as a name and as an attribute.
+_HELPERS = frozenset(
+    {"attrgetter", "methodcaller", "Formatter", "getattr_static", "SkipTest", "skipTest"}
+)
+
 #: Names a body may not use at all.
-DENIED_NAMES = frozenset(
-    {
-        "eval",
-        "exec",
-        "compile",
-        "globals",
-        "locals",
-        "vars",
-        "breakpoint",
-        "__import__",
-        "__build_class__",
-        "attrgetter",
-        "methodcaller",
-        "Formatter",
-        "getattr_static",
-        "SkipTest",
-        "skipTest",
-    }
+DENIED_NAMES = (
+    frozenset(
+        {
+            "eval",
+            "exec",
+            "compile",
+            "globals",
+            "locals",
+            "vars",
+            "breakpoint",
+            "__import__",
+            "__build_class__",
+        }
+    )
+    | _HELPERS
 )
 
 #: Attribute names a body may not use (``x.eval()`` and ``re.compile`` are ordinary methods;
 #: these are reflection, the test framework's control flow, or a library's values that compare
 #: equal to anything: a fully masked array passes ``numpy.testing.assert_allclose``).
-DENIED_ATTRIBUTES = frozenset(
+DENIED_ATTRIBUTES = _HELPERS | frozenset(
     {
-        "attrgetter",
-        "methodcaller",
-        "Formatter",
-        "getattr_static",
-        "SkipTest",
-        "skipTest",
         "MaskedArray",
         "MaskedTensor",
         "masked_tensor",
