@@ -436,3 +436,135 @@ def test_the_page_cache_is_neither_set_nor_read_from_a_run(
     r = _grader(tmp_path, candidate_policy=False).grade(paper, paper.snippet("variance"), body)
     assert r.outcome is Outcome.FAILED
     assert any("Operation not permitted" in t.message for t in r.tests), r.detail
+
+
+# The module-wide watch in a run forked from a warm process ----------------------------------
+
+_DRIVER = """\
+import runpy, statistics, sys, unittest  # what the warm process would import for this test
+warm = runpy.run_path(sys.argv[1])  # rcb-env's warm process: functions only, not started
+how, runner = sys.argv[2], sys.argv[3]
+if how == "warm":  # as the warm process and its run's worker do
+    warm["_compile_scripts"]([sys.executable, runner])
+    warm["_remember_namespaces"]()
+    handed = {"_rcb_warm": [warm["_namespaces"].pop()]}
+    handed["_rcb_compiled"] = warm["_scripts_code"](runner)
+    own = handed["_rcb_compiled"].pop(runner)
+statistics.median = len  # a change after the warm process's copies, before the run starts
+sys.argv = sys.argv[3:]
+if how == "warm":
+    warm["_run_as_main"](runner, own, handed)
+else:
+    runpy.run_path(runner, run_name="__main__")
+"""
+_STATS_TEST = """\
+import statistics, unittest
+from stats import mean
+class T(unittest.TestCase):
+    def test_mean(self):
+        self.assertEqual(mean([1, 2, 3]), 2)
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+def _watched_run(tmp_path: Path, how: str, candidate: str) -> list[dict[str, object]]:
+    """The runner's report on ``candidate`` (the file ``stats.py``), run as the warm process's
+    worker runs it (``how``: warm, handed the warm process's copies) or as a cold run."""
+    import shutil
+    import subprocess
+
+    from rcb_env.grading import grader
+    from rcb_env.grading.report import read_report
+    from rcb_env.sandbox.warm import host
+
+    work = tmp_path / how
+    (work / "_rcb").mkdir(parents=True)
+    for source, name in (
+        (grader.RUNNER_SOURCE, "runner.py"),
+        (grader.KEYRINGS_SOURCE, "keyrings.py"),
+        (grader.POLICY_SOURCE, "policy.py"),
+    ):
+        shutil.copyfile(source, work / "_rcb" / name)
+    (work / "test_stats.py").write_text(_STATS_TEST)
+    (work / "stats.py").write_text(candidate)
+    (work / "key").write_bytes(b"k" * 64)
+    (work / "driver.py").write_text(_DRIVER)
+    argv = [sys.executable, "driver.py", str(host.SOURCE), how, str(work / "_rcb" / "runner.py")]
+    argv += ["test_stats.py", "report", "key", "0", "0", "0", "stats.py"]
+    subprocess.run(argv, cwd=work, capture_output=True, timeout=60, check=False)
+    return read_report(work, "report", b"k" * 64)
+
+
+_HONEST = "def mean(xs):\n    return sum(xs) / len(xs)\n"
+
+
+def test_a_warm_run_copies_only_the_namespaces_changed_since_the_warm_process_copied_them(
+    tmp_path: Path,
+) -> None:
+    """Copying every namespace in a forked run copies their memory pages (about 30 ms a torch
+    run): a warm run takes the warm process's copies of the namespaces whose version tags say
+    they have not changed since, and copies only the rest. A cold run copies them all."""
+    warm = [e for e in _watched_run(tmp_path, "warm", _HONEST) if e["event"] == "done"]
+    cold = [e for e in _watched_run(tmp_path, "cold", _HONEST) if e["event"] == "done"]
+    assert warm, "the warm run reported no end"
+    assert cold, "the cold run reported no end"
+    assert warm[0]["tags"] is True  # the tag reader works on this interpreter
+    namespaces, copied = int(str(warm[0]["namespaces"])), int(str(warm[0]["copied"]))
+    assert namespaces > 50
+    assert copied < namespaces // 4, warm[0]
+    assert cold[0]["copied"] == cold[0]["namespaces"]
+
+
+@pytest.mark.parametrize("how", ["warm", "cold"])
+def test_a_rebinding_in_an_inherited_namespace_is_tampering_and_an_earlier_one_is_not(
+    tmp_path: Path, how: str
+) -> None:
+    """``statistics`` was copied by the warm process; the candidate rebinds one of its
+    functions (no name the runner watches by name): tampering. ``statistics.median`` was
+    rebound after the warm process's copy but before the run started: the run's own start,
+    not the candidate's doing."""
+    honest = _watched_run(tmp_path / "honest", how, _HONEST)
+    assert [e["status"] for e in honest if e["event"] == "test"] == ["passed"], honest
+    assert not [e for e in honest if e["event"] == "tamper"], honest
+    rebinds = "import statistics\n\n" + _HONEST.replace(
+        "    return", "    statistics.fmean = len\n    return"
+    )
+    events = _watched_run(tmp_path, how, rebinds)
+    tampered = [e for e in events if e["event"] == "tamper"]
+    assert tampered, events
+    assert any("statistics.fmean" in str(e["what"]) for e in tampered), tampered
+    assert not any("median" in str(e["what"]) for e in tampered), tampered
+
+
+def test_the_warm_process_compiles_a_runs_scripts_once_and_hands_out_only_current_code(
+    tmp_path: Path,
+) -> None:
+    """The runner and the files beside it are compiled in the warm process, once per source (a
+    compile of the runner costs about 10 ms a run); a run gets that code under its own copy's
+    paths, and only for a file whose source is still the one compiled."""
+    import runpy
+    import types
+
+    from rcb_env.grading import grader
+    from rcb_env.sandbox.warm import host
+
+    warm = runpy.run_path(str(host.SOURCE))
+    copies = []
+    for name in ("first", "second"):
+        folder = tmp_path / name / "_rcb"
+        folder.mkdir(parents=True)
+        (folder / "runner.py").write_text(grader.RUNNER_SOURCE.read_text())
+        (folder / "policy.py").write_text(grader.POLICY_SOURCE.read_text())
+        copies.append(folder)
+    warm["_compile_scripts"]([sys.executable, str(copies[0] / "runner.py")])
+    assert len(warm["_compiled"]) == 2
+    (copies[1] / "policy.py").write_text("LYING_METHODS = ()\n")  # changed since
+    code = warm["_scripts_code"](str(copies[1] / "runner.py"))
+    assert sorted(code) == [str(copies[1] / "runner.py")]
+
+    def filenames(c: types.CodeType) -> set[str]:
+        inner = [filenames(k) for k in c.co_consts if isinstance(k, types.CodeType)]
+        return {c.co_filename}.union(*inner)
+
+    assert filenames(code[str(copies[1] / "runner.py")]) == {str(copies[1] / "runner.py")}

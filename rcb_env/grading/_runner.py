@@ -114,6 +114,108 @@ _LIB_NAMES = (
 )
 
 
+#: Handed over by the warm process this run was forked from (rcb_env/sandbox/warm/in_sandbox.py,
+#: through the script's initial globals): its copies of every module's namespace, taken after
+#: its imports, and a dict changed just before they were taken (``mark``). Moved into the vault
+#: by :func:`_start`; nothing else keeps it (the box it came in is emptied).
+_warm: list[Any] = [(globals().pop("_rcb_warm", None) or [None]).pop()]
+#: From the same: the files beside this one, already compiled, by path (checked there against
+#: the files as they are); used by :func:`_run_file`, then forgotten.
+_compiled: dict[str, Any] = globals().pop("_rcb_compiled", None) or {}
+
+
+def _run_file(path: str) -> dict[str, Any]:
+    """``runpy.run_path(path)``, from its compiled code when the warm process handed it over."""
+    code = _compiled.pop(path, None)
+    if code is None:
+        return runpy.run_path(path)
+    namespace: dict[str, Any] = {"__name__": "<run_path>", "__file__": path}
+    exec(code, namespace)
+    return namespace
+
+
+class _DictVersions:
+    """Reads dicts' version tags (CPython's ``ma_version_tag``, PEP 509: at every change of a
+    dict, a new value of one process-wide counter) from this process's own memory with
+    ``process_vm_readv``: neither the dicts nor what they hold are touched. In a run forked from
+    a warm process, touching an object copies its memory page: copying every module's namespace
+    at the start of a torch run took about 30 ms; reading their tags takes under one. ``None``
+    from :meth:`make` where that cannot be relied on (another interpreter, layout or platform,
+    the call refused: checked on dicts of its own); the watch then copies and compares every
+    namespace itself."""
+
+    _IOV_MAX = 1024
+
+    def __init__(self, call: Any, offset: int) -> None:
+        self.call = call
+        self.offset = offset
+
+    @classmethod
+    def make(cls) -> _DictVersions | None:
+        if sys.implementation.name != "cpython" or not sys.platform.startswith("linux"):
+            return None
+        try:
+            import ctypes
+
+            call = ctypes.CDLL(None, use_errno=True).process_vm_readv
+        except (ImportError, OSError, AttributeError):
+            return None
+        call.restype = ctypes.c_ssize_t
+        call.argtypes = [
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_ulong,
+            ctypes.c_void_p,
+            ctypes.c_ulong,
+            ctypes.c_ulong,
+        ]
+        # PyDictObject: the object header, ma_used, then ma_version_tag.
+        import array
+
+        reader = cls(call, object.__basicsize__ + 8)
+        first, second = {"k": 0}, {"k": 0}
+        both = array.array("Q", [id(first), id(second)])
+        used = reader.read(both, delta=-8)
+        before = reader.read(both)
+        first["k"] = 1  # the same key again: neither its size nor its table changes
+        middle = reader.read(both)
+        second["k"] = 1
+        after = reader.read(both)
+        if (
+            used is None
+            or before is None
+            or middle is None
+            or after is None
+            or list(used) != [1, 1]
+            or middle[0] == before[0]
+            or middle[1] != before[1]
+            or not after[1] > middle[0] > before[1]
+            or after[0] != middle[0]
+        ):
+            return None
+        return reader
+
+    def read(self, addresses: Any, delta: int = 0) -> Any:
+        """The tags of the dicts at ``addresses`` (an ``array('Q')`` of their ``id``; the caller
+        keeps them alive), or None if any could not be read."""
+        import array
+
+        n = len(addresses)
+        out = array.array("Q", bytes(8 * n))
+        if n == 0:
+            return out
+        remote = array.array("Q", [8]) * (2 * n)  # struct iovec: base, length
+        remote[0::2] = array.array("Q", [a + self.offset + delta for a in addresses])
+        base, far = out.buffer_info()[0], remote.buffer_info()[0]
+        pid = os.getpid()
+        for i in range(0, n, self._IOV_MAX):
+            k = min(self._IOV_MAX, n - i)
+            local = array.array("Q", [base + 8 * i, 8 * k])
+            if self.call(pid, local.buffer_info()[0], 1, far + 16 * i, k, 0) != 8 * k:
+                return None
+        return out
+
+
 # Event names of the signed report, shared with the host-side reader (rcb_env.grading.report).
 EV_START = "start"
 EV_TEST = "test"
@@ -491,9 +593,19 @@ def _snapshot(obj: Any, names: tuple[str, ...] | None) -> dict[str, tuple[Any, A
     return out
 
 
-def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
+def _install_vault(
+    key: bytes,
+    report_fd: int,
+    streams: dict[str, int],
+    versions: _DictVersions | None,
+    warm: dict[str, Any] | None,
+) -> None:
     """Make the vault (see above): the one audit hook that signs the report. ``streams``: the
-    descriptors whose identity must not change (the report's, the output's)."""
+    descriptors whose identity must not change (the report's, the output's); ``versions``: the
+    dicts' tag reader, if it works here; ``warm``: the warm process's copies of the modules'
+    namespaces (see :data:`_warm`)."""
+    import array
+
     mac = hmac.new(key, digestmod=hashlib.sha256)
     here = os.path.abspath(__file__)
     emit_code = _emit.__code__
@@ -518,6 +630,20 @@ def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
     modules_seen: set[int] = set()
     #: (name, its namespace, a copy of it as first seen): compared in full checks only
     module_copies: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+    #: the namespaces' addresses, and their version tags when copied (with ``versions``)
+    module_addresses = array.array("Q")
+    module_tags = array.array("Q")
+    #: sys.modules's address and tag at the last look (unchanged: no module to watch is new)
+    last_scan: list[Any] = [None]
+    #: namespaces this run copied itself (the rest: the warm process's copies)
+    copied = [0]
+    inherited: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+    mark = -1
+    if versions is not None and warm is not None:
+        inherited = warm["namespaces"]
+        tags = versions.read(array.array("Q", [id(warm["mark"])]))
+        if tags is not None:
+            mark = tags[0]
     #: classes deriving from a value type before the tested code could make any
     known_classes: set[int] = set()
     baseline: list[bool] = []
@@ -640,7 +766,15 @@ def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
     def watch_modules() -> None:
         """Every module loaded so far (but the test program's own): what it binds to callables
         and modules. A shared library function the reference uses must not change under it."""
-        for name, module in list(sys.modules.items()):
+        modules = sys.modules
+        if versions is not None and baseline:
+            at = array.array("Q", [id(modules)])
+            now = versions.read(at)
+            if now is not None and (at[0], now[0]) == last_scan[0]:
+                return  # no module added or replaced since the last look
+            last_scan[0] = None if now is None else (at[0], now[0])
+        new: list[tuple[str, dict[str, Any]]] = []
+        for name, module in list(modules.items()):
             if id(module) in modules_seen or name == "__main__" or module is None:
                 continue
             modules_seen.add(id(module))
@@ -650,7 +784,24 @@ def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
                 continue
             if type(namespace) is not dict or namespace.get("__file__") in _candidate_names:
                 continue  # the candidate's own module is its own
-            module_copies.append((name, namespace, namespace.copy()))
+            new.append((name, namespace))
+        addresses = array.array("Q", [id(namespace) for _name, namespace in new])
+        # Tags before the copies: a change after the tag is read is a change since the copy.
+        tags = versions.read(addresses) if versions is not None else None
+        for i, (name, namespace) in enumerate(new):
+            first = inherited.get(addresses[i])
+            if tags is not None and first is not None and first[0] is namespace and tags[i] <= mark:
+                copy = first[1]  # unchanged since the warm process copied it
+            else:
+                copy = namespace.copy()
+                copied[0] += 1
+            module_copies.append((name, namespace, copy))
+        module_addresses.extend(addresses)
+        module_tags.extend(tags if tags is not None else array.array("Q", bytes(8 * len(new))))
+        if versions is not None and not baseline:
+            at = array.array("Q", [id(modules)])
+            now = versions.read(at)
+            last_scan[0] = None if now is None else (at[0], now[0])
         for library, attrs in (("numpy", ("ndarray", "generic")), ("torch", ("Tensor",))):
             loaded = sys.modules.get(library)
             for attr in attrs:
@@ -672,7 +823,10 @@ def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
         library's own in-place wrapper aside)."""
         moved = []
         wrappers = (staticmethod, classmethod, types.ModuleType)
-        for name, namespace, first in module_copies:
+        tags = versions.read(module_addresses) if versions is not None else None
+        for i, (name, namespace, first) in enumerate(module_copies):
+            if tags is not None and tags[i] == module_tags[i]:
+                continue  # the namespace has not changed since its copy
             if all(map(is_, map(namespace.get, first), first.values())):
                 continue  # nothing rebound (a loop in C: a hundred thousand names in ms)
             for attr, value in first.items():
@@ -795,6 +949,11 @@ def _install_vault(key: bytes, report_fd: int, streams: dict[str, int]) -> None:
                         exc_type="EndedEarly",
                         message="the test ended without its method returning and without "
                         "a failure (the code under test ended it early)",
+                    )
+                if record.get("event") == EV_DONE:
+                    tags = versions is not None
+                    record = dict(
+                        record, namespaces=len(module_copies), copied=copied[0], tags=tags
                     )
                 sign_and_write(record)
                 if record.get("event") == EV_DONE:
@@ -1025,7 +1184,7 @@ def _read_policy() -> None:
     """The lying methods' list, from the candidate policy beside this file."""
     global _LYING
     here = os.path.dirname(os.path.abspath(__file__))
-    _LYING = frozenset(runpy.run_path(os.path.join(here, "policy.py"))["LYING_METHODS"])
+    _LYING = frozenset(_run_file(os.path.join(here, "policy.py"))["LYING_METHODS"])
 
 
 def _close_keyrings() -> None:
@@ -1033,7 +1192,8 @@ def _close_keyrings() -> None:
     that the grader puts beside this file (one source for the grading runs and the sandboxes'
     shells): an empty session keyring of the run's own, and no keyring system call."""
     here = os.path.dirname(os.path.abspath(__file__))
-    runpy.run_path(os.path.join(here, "keyrings.py"))["close_keyrings"]()
+    _run_file(os.path.join(here, "keyrings.py"))["close_keyrings"]()
+    _compiled.clear()
 
 
 def _limit(kind: int, value: int) -> None:
@@ -1201,7 +1361,8 @@ def _start(report_path: str, key_path: str) -> None:
         private = os.dup(2)
         streams["test output"] = private
         _output.append(_GuardedStream(private))
-    _install_vault(key, report_fd, streams)
+    warm, _warm[0] = _warm[0], None
+    _install_vault(key, report_fd, streams, _DictVersions.make(), warm)
 
 
 def run() -> int:
