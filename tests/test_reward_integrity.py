@@ -76,6 +76,18 @@ REFUSED = {
     "a library's value that equals anything": ("    return np.ma.masked_all(3)\n", "np.ma"),
     "the same, imported": ("    from numpy import ma\n    return ma.masked\n", "ma"),
     "a body that only parses in context": ('    return """\n', "parse"),
+    "an array interface of its own": (
+        "    import types\n"
+        "    o = types.SimpleNamespace(__array_interface__={'data': (id(xs), False)})\n"
+        "    return np.asarray(o)\n",
+        "__array_interface__",
+    ),
+    "the same, by name": (
+        "    import types\n    k = '__array_interface__'\n"
+        "    return np.asarray(types.SimpleNamespace(**{k: {}}))\n",
+        "__array_interface__",
+    ),
+    "an array's address": ("    return xs.ctypes.data\n", ".ctypes"),
 }
 
 
@@ -568,3 +580,57 @@ def test_the_warm_process_compiles_a_runs_scripts_once_and_hands_out_only_curren
         return {c.co_filename}.union(*inner)
 
     assert filenames(code[str(copies[1] / "runner.py")]) == {str(copies[1] / "runner.py")}
+
+
+_MEMORY_BODIES = {
+    "numpy's as_strided past its array": (
+        "    import numpy as np\n    x = np.zeros(4)\n"
+        "    far = np.lib.stride_tricks.as_strided(x, (2,), (1 << 30,))\n"
+        "    return float(far[1])\n",
+        "as_strided reaches outside",
+    ),
+    "the same, backwards from a slice": (
+        "    import numpy as np\n    x = np.zeros(4)\n"
+        "    from numpy.lib.stride_tricks import as_strided\n"
+        "    return float(as_strided(x[2:], (3,), (-64,))[2])\n",
+        "as_strided reaches outside",
+    ),
+    "a class that hands numpy an address": (
+        "    import numpy as np\n"
+        "    class Raw:\n"
+        "        __array_interface__ = {'data': (id(xs), False), 'shape': (8,),\n"
+        "                               'typestr': '|u1', 'version': 3}\n"
+        "    return float(np.asarray(Raw()).sum())\n",
+        "may not define __array_interface__",
+    ),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(_MEMORY_BODIES))
+def test_the_ways_to_raw_memory_through_numpy_are_refused(
+    paper: Paper, tmp_path: Path, attack: str
+) -> None:
+    """numpy reads and writes any address an object's array interface names, and makes views
+    with any strides: with the addresses ``id()`` gives, a way to any object in the process,
+    the verdict's included. Refused at run time (here the policy off; the policy refuses the
+    interface, and leaves ``as_strided`` to the run: LMR-Bench's moverscore reference makes
+    sliding windows with it)."""
+    body, said = _MEMORY_BODIES[attack]
+    r = _grader(tmp_path, candidate_policy=False).grade(paper, paper.snippet("variance"), body)
+    assert r.outcome is Outcome.FAILED
+    assert any(said in t.message for t in r.tests), [t.message for t in r.tests]
+
+
+def test_views_within_their_array_are_what_they_were(paper: Paper, tmp_path: Path) -> None:
+    """Sliding windows, broadcasting and strided views inside an array's memory pass."""
+    body = (
+        "    import numpy as np\n    from numpy.lib.stride_tricks import as_strided\n"
+        "    a = np.asarray(xs, dtype=float)\n"
+        "    w = np.lib.stride_tricks.sliding_window_view(a, 2)\n"
+        "    b = as_strided(a, (2, a.size), (0, a.strides[0]))\n"
+        "    assert w.shape == (a.size - 1, 2) and (b[1] == a).all()\n"
+        "    assert (as_strided(a[::-1], (a.size,), (-a.strides[0],)) == a[::-1]).all()\n"
+        "    m = mean(xs)\n    return sum((x - m) ** 2 for x in xs) / len(xs)\n"
+    )
+    r = _grader(tmp_path, candidate_policy=False).grade(paper, paper.snippet("variance"), body)
+    assert r.passed, r.detail

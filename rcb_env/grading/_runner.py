@@ -423,10 +423,73 @@ def _import(
     a source in memory), so those names are the ones to drop: a constant cost per import (code
     that imports inside hot functions, as torch does, would otherwise pay for every module)."""
     module = _original_import(name, globals, locals, fromlist, level)
+    if not _strides_bounded and name.startswith("numpy"):
+        _bound_as_strided()
     if _sealed[0]:
         for key in (*_held, *_served):
             sys.modules.pop(key, None)
     return module
+
+
+_strides_bounded: list[Any] = []
+_STRIDE_MODULES = ("numpy.lib._stride_tricks_impl", "numpy.lib.stride_tricks")
+
+
+def _extent(array: Any) -> tuple[int, int]:
+    """The bytes an array's elements span: [first, last + item size) (or empty)."""
+    start = int(array.__array_interface__["data"][0])
+    if array.size == 0:
+        return start, start
+    low = high = start
+    for n, stride in zip(array.shape, array.strides):  # noqa: B905 - older Pythons
+        reach = (n - 1) * stride
+        low, high = (low + reach, high) if reach < 0 else (low, high + reach)
+    return low, high + array.itemsize
+
+
+def _bound_as_strided() -> None:
+    """numpy's ``as_strided`` makes a view with any strides, in bounds or not: a way to read and
+    write any of the process's memory (the verdict's included). Wherever numpy has it, it is
+    replaced by one that refuses a view reaching outside the memory of the array it is made
+    from (walked to the array that owns it). Views within it (sliding windows, broadcasting)
+    are what they were."""
+    for module_name in _STRIDE_MODULES:
+        module = sys.modules.get(module_name)
+        original = getattr(module, "as_strided", None) if module is not None else None
+        if original is None or getattr(original, "_rcb_bounded", False):
+            continue
+        ndarray = sys.modules["numpy"].ndarray
+
+        def as_strided(
+            x: Any,
+            shape: Any = None,
+            strides: Any = None,
+            subok: bool = False,
+            writeable: bool = True,
+            _original: Any = original,
+            _ndarray: Any = ndarray,
+        ) -> Any:
+            if not isinstance(x, _ndarray):
+                x = sys.modules["numpy"].array(x, copy=None, subok=subok)
+            view = _original(x, shape, strides, subok, writeable)
+            owner = x
+            while isinstance(owner, _ndarray) and isinstance(owner.base, _ndarray):
+                owner = owner.base
+            if view.size:
+                low, high = _extent(view)
+                first, last = _extent(owner) if isinstance(owner, _ndarray) else (0, 0)
+                if low < first or high > last:
+                    raise ValueError(
+                        "rcb-env: as_strided reaches outside the memory of the array it views"
+                    )
+            return view
+
+        as_strided._rcb_bounded = True  # type: ignore[attr-defined]
+        as_strided.__wrapped__ = original  # type: ignore[attr-defined]
+        as_strided.__doc__ = original.__doc__
+        module.as_strided = as_strided  # type: ignore[union-attr]
+    if all(m in sys.modules for m in _STRIDE_MODULES[1:]):
+        _strides_bounded.append(True)
 
 
 def _forget_protected() -> None:
@@ -1181,10 +1244,13 @@ def _main(
 
 
 def _read_policy() -> None:
-    """The lying methods' list, from the candidate policy beside this file."""
+    """The lying methods' list (and the memory interfaces), from the candidate policy beside
+    this file."""
     global _LYING
     here = os.path.dirname(os.path.abspath(__file__))
-    _LYING = frozenset(_run_file(os.path.join(here, "policy.py"))["LYING_METHODS"])
+    policy = _run_file(os.path.join(here, "policy.py"))
+    # and the ways to raw memory numpy offers a class (an address of its choosing)
+    _LYING = frozenset(policy["LYING_METHODS"]) | frozenset(policy["MEMORY_INTERFACES"])
 
 
 def _close_keyrings() -> None:
@@ -1424,6 +1490,8 @@ def run() -> int:
             # A missing library is the test's problem, reported there.
             with contextlib.suppress(Exception):
                 _watch(name, importlib.import_module(name), _LIB_NAMES)
+    if "numpy" in sys.modules:
+        _bound_as_strided()
     sys.audit(_WATCH_ALL)  # every module loaded so far, before the tested code exists
     sys.argv = [test_file]
     sys.path[0] = os.path.dirname(os.path.abspath(os.path.join(here, test_file)))

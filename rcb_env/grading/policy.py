@@ -122,6 +122,17 @@ DENIED_ATTRIBUTES = _HELPERS | frozenset(
 #: Submodules of what a body imported that it may not reach by attribute (``np.ma``).
 DENIED_SUBMODULES = frozenset({"ma", "masked"})
 
+#: The ways to the process's raw memory through a library: numpy makes an array of whatever
+#: address an object's ``__array_interface__`` names; with the addresses ``id()`` gives, that
+#: reads and writes any object in the process, the verdict's included. Refused as names,
+#: attributes, keywords and string constants, with the helpers that hand out raw addresses or
+#: foreign memory. (numpy's ``as_strided``, a view with any strides, is used by research code
+#: for sliding windows: the runner refuses only a view outside its array's memory.)
+MEMORY_INTERFACES = frozenset(
+    {"__array_interface__", "__array_struct__", "__cuda_array_interface__", "__dlpack__"}
+)
+MEMORY_HELPERS = frozenset({"byte_bounds", "ctypeslib", "ctypes", "DummyArray"})
+
 #: Reflection builtins: allowed only as a direct call with a constant, public attribute name.
 ATTRIBUTE_BUILTINS = frozenset({"getattr", "setattr", "delattr", "hasattr"})
 
@@ -242,6 +253,17 @@ class _Checker(ast.NodeVisitor):
         self.shared = set(shared)
         self.findings: list[Finding] = []
         self.called: set[int] = set()
+        #: names bound by ``from numpy... import as_strided`` and the like
+        self.memory_names: set[str] = set()
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and node.value in MEMORY_INTERFACES:
+            self.flag(node, f"names {node.value} (a way to the process's raw memory)")
+
+    def visit_keyword(self, node: ast.keyword) -> None:
+        if node.arg in MEMORY_INTERFACES:
+            self.flag(node, f"passes {node.arg} (a way to the process's raw memory)")
+        self.generic_visit(node)
 
     def flag(self, node: ast.AST, what: str) -> None:
         self.findings.append(Finding(getattr(node, "lineno", 0), what))
@@ -266,6 +288,9 @@ class _Checker(ast.NodeVisitor):
             if alias.name == "*":
                 self.flag(node, "imports * (names it cannot see)")
                 continue
+            if alias.name in MEMORY_HELPERS:
+                self.flag(node, f"imports {alias.name} (a way to the process's raw memory)")
+                self.memory_names.add(alias.asname or alias.name)
             if (
                 _dunder(alias.name)
                 or alias.name in DENIED_NAMES
@@ -281,6 +306,8 @@ class _Checker(ast.NodeVisitor):
         name = node.id
         if name in DENIED_NAMES:
             self.flag(node, f"uses {name}")
+        elif name in MEMORY_INTERFACES or name in self.memory_names:
+            self.flag(node, f"uses {name} (a way to the process's raw memory)")
         elif name in ATTRIBUTE_BUILTINS and id(node) not in self.called:
             self.flag(node, f"uses {name} other than in a direct call")
         elif name == "type" and id(node) not in self.called:
@@ -292,6 +319,8 @@ class _Checker(ast.NodeVisitor):
         attr = node.attr
         if attr in DENIED_ATTRIBUTES:
             self.flag(node, f"uses .{attr}")
+        elif attr in MEMORY_HELPERS or attr in MEMORY_INTERFACES:
+            self.flag(node, f"uses .{attr} (a way to the process's raw memory)")
         elif (
             attr in DENIED_SUBMODULES
             and isinstance(node.value, ast.Name)
