@@ -8,10 +8,12 @@ on first use), so ``rcb_env`` never imports ``rcb_agents`` and works without the
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from rcb_env.errors import ConfigError
 from rcb_env.tools.actions import Action, ToolSpec
@@ -134,6 +136,36 @@ def load_agent_class(spec: str) -> type[Any]:
     return cls
 
 
+def _outside(
+    spec: str, cls: type[Any], model: dict[str, Any] | None, options: dict[str, Any]
+) -> AgentFactory:
+    """The factory of an outside agent class: built with what its constructor asks for by
+    name, ``model`` (the run's validated model settings: ``spec``, ``base_url``, ...; as
+    ``--model`` and its flags give them) and ``options`` (the run's agent options, such as
+    ``with_paper``). A constructor that asks for neither is called with no arguments, as
+    before.
+
+    Raises:
+        ConfigError: it requires a model and the run names none.
+    """
+    try:
+        parameters = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return cast(AgentFactory, cls)
+    given: dict[str, Any] = {}
+    for name, value in (("model", model), ("options", options)):
+        asked = parameters.get(name)
+        if asked is None or asked.kind is inspect.Parameter.POSITIONAL_ONLY:
+            continue
+        if value is None:
+            if asked.default is inspect.Parameter.empty:
+                raise ConfigError(f"agent {spec!r} needs a model: pass --model")
+            continue
+        given[name] = value
+    build: Callable[..., Agent] = cls
+    return functools.partial(build, **given) if given else build
+
+
 def _registry() -> AgentRegistry:
     """The built-in agents' registry, from the installed distributions' metadata.
 
@@ -173,7 +205,8 @@ def agent_factory(
     options: dict[str, Any] | None = None,
 ) -> AgentFactory:
     """A factory for the agent ``spec``: a built-in name (``oracle``, ``null``, ``single-shot``,
-    ``tools``, ...), ``package.module:ClassName`` (built with no arguments), or
+    ``tools``, ...), ``package.module:ClassName`` (built with the model settings and options
+    its constructor asks for: :func:`_outside`), or
     ``mcp:<command>`` (an external agent that works each episode through rcb-env's MCP
     server: :class:`rcb_env.integrations.mcp_server.McpCommandAgent`, built by the registry).
 
@@ -189,7 +222,7 @@ def agent_factory(
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     if ":" in spec:
-        return load_agent_class(spec)
+        return _outside(spec, load_agent_class(spec), model, options or {})
     registry = _registry()
     try:
         return registry.factory(spec, pset, model=model, options=options or {})

@@ -121,3 +121,66 @@ def test_the_run_files_defaults_are_the_flags_defaults() -> None:
         assert param.name in fields, param.name
         assert fields[param.name].default == default, (param.name, default)
     assert set(names) | {"agent"} == set(fields)
+
+
+def test_bad_input_at_the_command_line_gets_the_command_lines_words(tmp_path: Path) -> None:
+    """A required option given nowhere is named as its flag; a run file that is not YAML is
+    named with its line; a folder that is no run is refused by ``summary`` as by ``compare``."""
+    pset = write_pset(tmp_path, [write_paper(tmp_path, "maths", math_files())])
+    missing = _rcb("eval", "--pset", str(pset))
+    assert missing.returncode == _app.EXIT_ERROR
+    assert "--agent is required" in missing.stderr, missing.stderr
+    assert "valid string" not in missing.stderr
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text("agent: oracle\n  samples: [\n")
+    bad = _rcb("eval", "--config", str(run_file))
+    assert bad.returncode == _app.EXIT_ERROR
+    assert f"in {run_file}, line 2" in bad.stderr, bad.stderr
+    assert "<unicode string>" not in bad.stderr
+    empty = tmp_path / "not-a-run"
+    empty.mkdir()
+    for command in ("summary", "compare"):
+        refused = _rcb(command, str(empty))
+        assert refused.returncode == _app.EXIT_ERROR, (command, refused.stdout)
+        assert "is not a run folder" in refused.stderr, refused.stderr
+
+
+class ModelAgent:
+    """An outside agent class that asks for the run's model settings and options by name
+    (used by path below); it submits at once and says what it was given."""
+
+    def __init__(self, model: dict[str, object], options: dict[str, object]) -> None:
+        self.model = model
+        self.options = options
+
+    def start(self, observation: str, info: dict[str, object], tools: object) -> None:
+        pass
+
+    def act(self, observation: str, info: dict[str, object]) -> object:
+        from rcb_env.tools.actions import Submit
+
+        return Submit()
+
+    def end(self, info: dict[str, object]) -> None:
+        pass
+
+    def describe(self) -> dict[str, object]:
+        return {"name": "model-agent", "model": self.model["spec"], "options": self.options}
+
+
+def test_an_outside_agent_class_gets_the_model_it_asks_for(tmp_path: Path) -> None:
+    import json
+
+    pset = write_pset(tmp_path, [write_paper(tmp_path, "maths", math_files())])
+    runs = tmp_path / "runs"
+    common = ("--agent", "tests.test_cli:ModelAgent", "--pset", str(pset), "--sandbox", "local")
+    done = _rcb("eval", *common, "--snippet", "variance", "--runs-dir", str(runs),
+                "--model", "openai:some-model", "--base-url", "http://127.0.0.1:9/v1")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (run,) = runs.iterdir()
+    (record,) = [json.loads(line) for line in (run / "episodes.jsonl").read_text().splitlines()]
+    assert record["agent"]["model"] == "openai:some-model"
+    assert record["agent"]["options"] == {"with_paper": True}
+    unnamed = _rcb("eval", *common, "--runs-dir", str(tmp_path / "other"))
+    assert unnamed.returncode == _app.EXIT_ERROR
+    assert "needs a model: pass --model" in unnamed.stderr, unnamed.stderr

@@ -74,6 +74,7 @@ class KillingExecutor:
         self.after_run = after_run
         self.runs = 0
         self.interpreter = getattr(inner, "interpreter", None)
+        self.limits = inner.limits
         self.warm: WarmGrading | None = None  # grades cold, through ``inner``
 
     def run(

@@ -78,10 +78,6 @@ class GradingConfig(BaseModel):
 
     timeout_s: float = 300.0
     """Wall-clock limit per run (the official harness uses 60 s; ours leaves room for load)."""
-    memory_mb: int = 6144
-    """Address-space limit of the test process (0: none)."""
-    file_size_mb: int = 512
-    """Largest file the test process may write (0: none)."""
     threads: int = 1
     """OMP/MKL/OpenBLAS threads, so parallel jobs do not oversubscribe the cores."""
     python: Path | None = None
@@ -368,8 +364,10 @@ class Grader:
                 source.test_file(paper, snippet),
                 str(report),
                 str(rcb / "key"),
-                str(self.config.memory_mb * mb),
-                str(self.config.file_size_mb * mb),
+                # The sandbox's own limits (:class:`~rcb_env.sandbox.base.Limits`, one owner):
+                # enforced by the sandbox, set again by the runner where nothing else does.
+                str(self.executor.limits.memory_mb * mb),
+                str(self.executor.limits.file_size_mb * mb),
                 str(int(timeout) + 5),
                 snippet.file,
                 str(rcb / "protected"),

@@ -38,6 +38,7 @@ from rcb_env.grading import _runner as runner_module
 from rcb_env.grading import policy as policy_module
 from rcb_env.grading.grader import GradingConfig
 from rcb_env.sandbox import _keyrings as keyrings_module
+from rcb_env.sandbox.base import Limits
 from rcb_env.task.annotations import split_lines
 from rcb_env.task.models import Paper, Pset, Snippet
 from rcb_env.task.source import source_for
@@ -98,7 +99,9 @@ def _toml_value(value: object) -> str:
     return json.dumps(str(value))  # a TOML basic string
 
 
-def _task_toml(paper: Paper, snippet: Snippet, benchmark: str, grading: GradingConfig) -> str:
+def _task_toml(
+    paper: Paper, snippet: Snippet, benchmark: str, grading: GradingConfig, limits: Limits
+) -> str:
     timeout = paper.overlay.timeout_s or grading.timeout_s
     meta = {
         "benchmark": benchmark,
@@ -124,7 +127,7 @@ def _task_toml(paper: Paper, snippet: Snippet, benchmark: str, grading: GradingC
         "[environment]",
         f"workdir = {_toml_value(WORKSPACE)}",
         "cpus = 1",
-        f"memory_mb = {grading.memory_mb + 2048}",
+        f"memory_mb = {limits.memory_mb + 2048}",
         "build_timeout_sec = 1800.0",
         "",
     ]
@@ -174,16 +177,19 @@ def write_task(
     image: str,
     benchmark: str,
     grading: GradingConfig | None = None,
+    limits: Limits | None = None,
 ) -> None:
-    """Write ``snippet``'s Harbor task into the new folder ``dest``.
+    """Write ``snippet``'s Harbor task into the new folder ``dest`` (``limits``: the test
+    process's memory and file size, as a sandbox's).
 
     Raises:
         ConfigError: the snippet's task source does not insert a body as a marked region does.
     """
     grading = grading or GradingConfig()
+    limits = limits or Limits()
     source = source_for(paper)
     dest.mkdir(parents=True)
-    (dest / "task.toml").write_text(_task_toml(paper, snippet, benchmark, grading))
+    (dest / "task.toml").write_text(_task_toml(paper, snippet, benchmark, grading, limits))
     (dest / "instruction.md").write_text(_instruction(paper, snippet))
 
     env_dir = dest / "environment"
@@ -225,8 +231,8 @@ def write_task(
         },
         "env": dict(paper.overlay.env),
         "timeout_s": paper.overlay.timeout_s or grading.timeout_s,
-        "memory_mb": grading.memory_mb,
-        "file_size_mb": grading.file_size_mb,
+        "memory_mb": limits.memory_mb,
+        "file_size_mb": limits.file_size_mb,
         "policy": grading.candidate_policy,
     }
     (rcb / "spec.json").write_text(json.dumps(spec, indent=1))
@@ -248,6 +254,7 @@ def export_harbor(
     name: str,
     version: str = "1.0",
     grading: GradingConfig | None = None,
+    limits: Limits | None = None,
 ) -> HarborExport:
     """One Harbor task per available snippet of ``pset`` into ``dest`` (new or empty), and a
     ``registry.json`` listing them as the dataset ``name``. ``image_for`` gives a paper's image.
@@ -273,7 +280,15 @@ def export_harbor(
             folder = task_name(snippet)
             if folder in names:
                 raise ConfigError(f"two snippets map to the task name {folder}")
-            write_task(paper, snippet, dest / folder, image=image, benchmark=name, grading=grading)
+            write_task(
+                paper,
+                snippet,
+                dest / folder,
+                image=image,
+                benchmark=name,
+                grading=grading,
+                limits=limits,
+            )
             names.append(folder)
     registry = [
         {

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from rcb_env.errors import ConfigError
 from rcb_env.results.records import EpisodeRecord, final_records, read_records
 from rcb_env.task.selection import Subset
 
@@ -209,9 +210,15 @@ def _subset_rates(final: list[EpisodeRecord], subset: Subset) -> SubsetRates:
 
 def summarize_run(run_dir: Path, subset: Subset | None = None) -> Summary:
     """The summary of a run folder: its final records, and the full benchmark's totals from
-    its ``run.json`` when it recorded them."""
+    its ``run.json`` when it recorded them.
+
+    Raises:
+        ConfigError: the folder has neither (it is no run folder).
+    """
     totals = None
     manifest = run_dir / "run.json"
+    if not manifest.is_file() and not (run_dir / "episodes.jsonl").is_file():
+        raise ConfigError(f"{run_dir} is not a run folder (no run.json, no episodes.jsonl)")
     if manifest.is_file():
         data = json.loads(manifest.read_text())
         if data.get("benchmark"):

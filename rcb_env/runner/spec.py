@@ -30,6 +30,18 @@ from rcb_env.runner.episode import EvalConfig
 from rcb_env.sandbox import SandboxConfig, sandbox_config
 
 
+def _problem(error: Any, values: dict[str, Any]) -> str:
+    """One validation problem in the words of the command line and the run file: a required
+    option given nowhere is named as the flag and the file's key."""
+    where = ".".join(str(p) for p in error["loc"]) or "run"
+    top = str(error["loc"][0]) if error["loc"] else ""
+    if error["type"] == "missing" or (
+        len(error["loc"]) == 1 and top in values and values[top] is None
+    ):
+        return f"--{top.replace('_', '-')} is required (or `{top}:` in a --config run file)"
+    return f"{where}: {error['msg']}"
+
+
 class RunSpec(Frozen):
     """Everything ``rcb-env eval`` runs (see the module)."""
 
@@ -88,7 +100,9 @@ class RunSpec(Frozen):
         try:
             data = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8")) or {}
         except (OSError, YAMLError) as exc:
-            raise ConfigError(f"{path}: cannot read the run file: {exc}") from exc
+            # The parser knows the text, not the file: say which file its lines are of.
+            said = str(exc).replace('"<unicode string>"', str(path))
+            raise ConfigError(f"{path}: cannot read the run file: {said}") from exc
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: a run file is a mapping of option names to values")
         data = {str(k).replace("-", "_"): v for k, v in data.items()}
@@ -106,9 +120,7 @@ class RunSpec(Frozen):
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'run'}: {e['msg']}" for e in exc.errors()
-            )
+            problems = "; ".join(_problem(e, values) for e in exc.errors())
             raise ConfigError(f"{source}: {problems}") from exc
 
     def sandbox_config(self) -> SandboxConfig:

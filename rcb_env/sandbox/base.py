@@ -54,6 +54,10 @@ class Executor(Protocol):
     warm: WarmGrading | None
     """Its warm grading (a capability: :mod:`rcb_env.sandbox.warm`), or None: it runs every
     command cold."""
+    limits: Limits
+    """The limits every command it runs gets (its sandbox's; a grading's test process sets its
+    own address-space and file-size limits to these too, so one value is documented and
+    enforced wherever it runs)."""
 
     def run(
         self,

@@ -219,6 +219,7 @@ class BwrapExecutor:
 
     def __init__(self, config: SandboxConfig, scratch: Path) -> None:
         self.config = config
+        self.limits = config.limits
         self.options = BwrapOptions.model_validate(config.options)
         self.python = str(config.python or settings.task_python())
         self._local = LocalExecutor(output_limit=config.output_limit, scratch=scratch)

@@ -170,6 +170,7 @@ class DockerExecutor:
     def __init__(self, image: str, config: SandboxConfig, docker: Any = None) -> None:
         self.image = image
         self.config = config
+        self.limits = config.limits
         self.docker = docker if docker is not None else client()
 
     def prepare(self, path: Path) -> None:

@@ -13,7 +13,14 @@ from pathlib import Path
 from rcb_env.errors import SandboxError
 from rcb_env.sandbox._io import kill_group, read_capped
 from rcb_env.sandbox.backend import Backend
-from rcb_env.sandbox.base import ExecResult, Executor, Sandbox, SandboxConfig, WarmGrading
+from rcb_env.sandbox.base import (
+    ExecResult,
+    Executor,
+    Limits,
+    Sandbox,
+    SandboxConfig,
+    WarmGrading,
+)
 from rcb_env.sandbox.session import ShellSession
 from rcb_env.task.models import Paper
 
@@ -24,9 +31,17 @@ class LocalExecutor:
     interpreter: str | None = None
     warm: WarmGrading | None = None
 
-    def __init__(self, *, output_limit: int = 20_000, scratch: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        output_limit: int = 20_000,
+        scratch: Path | None = None,
+        limits: Limits | None = None,
+    ) -> None:
         self.output_limit = output_limit
         self.scratch = scratch
+        # Nothing here enforces them but what the command sets itself (the grading runner does).
+        self.limits = limits if limits is not None else Limits()
 
     def run(
         self,
@@ -112,7 +127,11 @@ class HostShellSandbox(Sandbox):
         return self._session.run(command, timeout_s=timeout_s or self.config.command_timeout_s)
 
     def executor(self) -> Executor:
-        return LocalExecutor(output_limit=self.config.output_limit, scratch=self.root.parent)
+        return LocalExecutor(
+            output_limit=self.config.output_limit,
+            scratch=self.root.parent,
+            limits=self.config.limits,
+        )
 
     def _stop_session(self) -> None:
         if self._session is not None:
@@ -152,4 +171,6 @@ class LocalBackend(Backend):
         return LocalSandbox(template, self.config, self.scratch)
 
     def grading_executor(self, paper: Paper) -> Executor:
-        return LocalExecutor(output_limit=self.config.output_limit, scratch=self.scratch)
+        return LocalExecutor(
+            output_limit=self.config.output_limit, scratch=self.scratch, limits=self.config.limits
+        )

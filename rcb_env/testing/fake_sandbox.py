@@ -72,4 +72,6 @@ class FakeBackend(Backend):
         )
 
     def grading_executor(self, paper: Paper) -> Executor:
-        return LocalExecutor(output_limit=self.config.output_limit, scratch=self.scratch)
+        return LocalExecutor(
+            output_limit=self.config.output_limit, scratch=self.scratch, limits=self.config.limits
+        )

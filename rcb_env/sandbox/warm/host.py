@@ -764,6 +764,7 @@ class WarmExecutor:
         self.modules = tuple(modules)
         self.output_limit = output_limit
         self.interpreter: str | None = cold.interpreter
+        self.limits = cold.limits
         self.warm: WarmGrading | None = self
         self.image = getattr(cold, "image", "")
         self.path = "warm"

@@ -1,0 +1,78 @@
+"""One owner per limit: what :class:`~rcb_env.sandbox.base.Limits` documents for a sandbox is
+what a grading's test process gets, on every backend, warm and cold (the address space used to
+be documented as 6 GiB by ``GradingConfig`` and enforced as 4 GiB by bwrap's own limit)."""
+
+from __future__ import annotations
+
+import pytest
+
+import rcb_env
+from rcb_env.grading import Grader, GradingConfig
+from rcb_env.grading.models import GradeResult
+from rcb_env.sandbox import Limits, SandboxConfig, SandboxFactory
+from rcb_env.validation.hacks import TARGET
+
+_I = " " * 8
+_MB = 1024 * 1024
+#: A body that says what limits its process has, and whether it can take more memory than the
+#: documented address space (then the reference's own lines).
+_PROBE = (
+    f"{_I}import resource\n"
+    f"{_I}print('AS', resource.getrlimit(resource.RLIMIT_AS))\n"
+    f"{_I}print('FSIZE', resource.getrlimit(resource.RLIMIT_FSIZE))\n"
+    f"{_I}try:\n"
+    f"{_I}    big = bytearray({Limits().memory_mb + 256} * 1024 * 1024)\n"
+    f"{_I}    print('TOOK MORE THAN THE LIMIT', len(big))\n"
+    f"{_I}    del big\n"
+    f"{_I}except MemoryError:\n"
+    f"{_I}    print('REFUSED')\n"
+)
+
+
+def _probe(sandbox: SandboxConfig | None) -> GradeResult:
+    tasks = rcb_env.load("tasks")
+    paper = tasks.paper(TARGET[0])
+    snippet = paper.snippet(TARGET[1])
+    config = GradingConfig(timeout_s=120, candidate_policy=False)
+    if sandbox is None:
+        return Grader(config).grade(paper, snippet, _PROBE + snippet.reference_body)
+    factory = SandboxFactory(sandbox)
+    try:
+        grader = Grader(config, executor=factory.grading_executor(paper))
+        return grader.grade(paper, snippet, _PROBE + snippet.reference_body)
+    finally:
+        factory.close()
+
+
+def _assert_documented(result: GradeResult) -> None:
+    limits = Limits()
+    memory, size = limits.memory_mb * _MB, limits.file_size_mb * _MB
+    assert f"AS ({memory}, {memory})" in result.stdout, result.stdout[-600:]
+    assert f"FSIZE ({size}, {size})" in result.stdout, result.stdout[-600:]
+    assert "REFUSED" in result.stdout, result.stdout[-600:]
+    assert result.passed, result.detail  # the reference's own work fits
+
+
+def test_the_documented_limits_are_enforced_without_a_sandbox() -> None:
+    """The local executor enforces nothing itself: the runner sets the documented limits."""
+    _assert_documented(_probe(None))
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_the_documented_limits_are_enforced_on_bwrap(
+    bwrap_config: SandboxConfig, warm: bool
+) -> None:
+    result = _probe(bwrap_config.model_copy(update={"warm_grading": warm}))
+    assert result.grading_path == ("warm" if warm else "cold")
+    _assert_documented(result)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_the_documented_limits_are_enforced_on_docker(docker_images: str, warm: bool) -> None:
+    sandbox = SandboxConfig(
+        backend="docker", warm_grading=warm, options={"docker_base": docker_images}
+    )
+    result = _probe(sandbox)
+    assert result.grading_path == ("warm" if warm else "cold")
+    _assert_documented(result)
