@@ -1,11 +1,18 @@
 """A registry of classes by name, with built-in entries named as ``module:Class`` and imported
 on first use (so a registry never imports its implementations, and an implementation whose
-dependencies are missing only matters to whoever asks for it)."""
+dependencies are missing only matters to whoever asks for it).
+
+A registry with an entry-point ``group`` also has what installed distributions declare there
+(``[project.entry-points."<group>"] name = "package.module:Class"``), read once when a name is
+first looked up and imported on first use like the built-in ones: so another package's class is
+selectable by name from the stock ``rcb-env`` command, with nothing registered by hand."""
 
 from __future__ import annotations
 
 import importlib
 import threading
+from collections.abc import Callable
+from importlib.metadata import entry_points
 from typing import Generic, TypeVar
 
 from rcb_env.errors import ConfigError
@@ -14,10 +21,22 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    def __init__(self, what: str, builtin: dict[str, str]) -> None:
+    def __init__(
+        self,
+        what: str,
+        builtin: dict[str, str],
+        *,
+        group: str | None = None,
+        on_load: Callable[[str], None] | None = None,
+    ) -> None:
         self.what = what
         self.builtin = dict(builtin)
+        self.group = group
+        """The entry-point group other distributions declare entries in (None: none read)."""
+        self.on_load = on_load
+        """Called with the name of an installed entry when it is first imported."""
         self._classes: dict[str, type[T]] = {}
+        self._installed: dict[str, str] | None = None
         self._lock = threading.Lock()
 
     def register(self, name: str, cls: type[T]) -> None:
@@ -31,30 +50,60 @@ class Registry(Generic[T]):
         with self._lock:
             self._classes.pop(name, None)
 
-    def names(self) -> list[str]:
-        """Built-in names first, then registered ones, in registration order."""
+    def installed(self) -> dict[str, str]:
+        """What installed distributions declare in :attr:`group` (name -> ``module:Class``;
+        a built-in name is never shadowed). Read once."""
+        if self.group is None:
+            return {}
         with self._lock:
-            return [*self.builtin, *(n for n in self._classes if n not in self.builtin)]
+            if self._installed is None:
+                found: dict[str, str] = {}
+                for entry in entry_points(group=self.group):
+                    if entry.name not in self.builtin:
+                        found.setdefault(entry.name, entry.value)
+                self._installed = found
+            return dict(self._installed)
+
+    def names(self) -> list[str]:
+        """Built-in names first, then installed ones, then registered ones, in registration
+        order."""
+        installed = self.installed()
+        with self._lock:
+            known = [*self.builtin, *(n for n in installed if n not in self._classes)]
+            return [*known, *(n for n in self._classes if n not in self.builtin)]
 
     def custom(self) -> list[str]:
-        """Registered names that are not built in, newest first."""
+        """Names that are not built in: registered ones newest first, then installed ones."""
+        installed = self.installed()
         with self._lock:
-            return [n for n in reversed(self._classes) if n not in self.builtin]
+            registered = [n for n in reversed(self._classes) if n not in self.builtin]
+        return [*registered, *(n for n in installed if n not in registered)]
 
     def get(self, name: str) -> type[T]:
         """The class registered as ``name``.
 
         Raises:
-            ConfigError: nothing has that name.
+            ConfigError: nothing has that name, or an installed entry does not import.
         """
         with self._lock:
             found = self._classes.get(name)
         if found is not None:
             return found
         target = self.builtin.get(name)
-        if target is None:
+        installed = None if target is not None else self.installed().get(name)
+        if target is None and installed is None:
             raise ConfigError(f"unknown {self.what} {name!r} (known: {', '.join(self.names())})")
-        module, _, attr = target.partition(":")
-        cls: type[T] = getattr(importlib.import_module(module), attr)
+        module, _, attr = (target or installed or "").partition(":")
+        try:
+            cls: type[T] = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            if installed is None:
+                raise
+            raise ConfigError(
+                f"the {self.what} {name!r} that an installed package declares "
+                f"({self.group}: {installed}) does not import: {exc}"
+            ) from None
+        if installed is not None and self.on_load is not None:
+            self.on_load(name)
         with self._lock:
             return self._classes.setdefault(name, cls)

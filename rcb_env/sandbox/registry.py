@@ -20,7 +20,11 @@ from rcb_env._registry import Registry
 from rcb_env.errors import ConfigError
 from rcb_env.sandbox import scratch as scratch_dirs
 
-#: Every backend by name (classes of :class:`rcb_env.sandbox.backend.Backend`).
+#: The entry-point group where other distributions declare backends
+#: (``[project.entry-points."rcb_env.backends"] name = "package.module:Backend"``).
+BACKENDS_GROUP = "rcb_env.backends"
+#: Every backend by name (classes of :class:`rcb_env.sandbox.backend.Backend`): built in,
+#: declared by an installed distribution, or registered (:func:`register_backend`).
 backends: Registry[Any] = Registry(
     "sandbox backend",
     {
@@ -28,6 +32,8 @@ backends: Registry[Any] = Registry(
         "docker": "rcb_env.sandbox.docker:DockerBackend",
         "local": "rcb_env.sandbox.local:LocalBackend",
     },
+    group=BACKENDS_GROUP,
+    on_load=lambda name: scratch_dirs.register_prefix(f"rcb-{name}-"),
 )
 
 for _name in backends.builtin:

@@ -155,10 +155,15 @@ class TaskSource(ABC):
         return Judged(verdict=verdict, official_pass=None)
 
 
-#: Built-in sources by name: resolved on first use, so the registry imports nothing.
+#: The entry-point group where other distributions declare task sources
+#: (``[project.entry-points."rcb_env.task_sources"] name = "package.module:Source"``).
+SOURCES_GROUP = "rcb_env.task_sources"
+#: Sources by name (built in, declared by an installed distribution, or registered): resolved
+#: on first use, so the registry imports nothing.
 _registry: Registry[TaskSource] = Registry(
     "task source",
     {"paper2code": "rcb_env.task.paper2code:Paper2Code", "lmr": "rcb_env.task.lmr:LmrBench"},
+    group=SOURCES_GROUP,
 )
 _instances: dict[str, TaskSource] = {}
 _lock = threading.Lock()
@@ -198,8 +203,8 @@ def source_for(paper: Paper) -> TaskSource:
 
 
 def detect_source(root: Path) -> TaskSource | None:
-    """The source whose layout ``root`` is: user-registered sources first (newest first), the
-    built-in ones last."""
+    """The source whose layout ``root`` is: user-registered sources first (newest first), then
+    those installed distributions declare, the built-in ones last."""
     for name in [*_registry.custom(), *_registry.builtin]:
         if _registry.get(name).detect(root):
             return get_source(name)
