@@ -23,6 +23,7 @@ the mutants ``validate --mutants`` grades: none is flagged (``tests/test_policy.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import textwrap
 from typing import NamedTuple
@@ -228,6 +229,7 @@ def parse_body(body: str) -> ast.Module | None:
         return None
 
 
+@functools.lru_cache(maxsize=32)  # a file is checked with every body graded into it
 def imported_names(source: str) -> frozenset[str]:
     """The names a file binds by ``import`` (anywhere in it): a module, or whatever was taken
     from one. Their attributes are shared with every other importer, the tests' reference
