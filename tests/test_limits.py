@@ -76,3 +76,26 @@ def test_the_documented_limits_are_enforced_on_docker(docker_images: str, warm: 
     result = _probe(sandbox)
     assert result.grading_path == ("warm" if warm else "cold")
     _assert_documented(result)
+
+
+def test_the_grading_timeout_has_one_default() -> None:
+    """Every default of a grading run's wall-clock limit is the grader's own; the docs say it."""
+    import inspect
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from rcb_env.cli import cli
+    from rcb_env.grading.grader import DEFAULT_TIMEOUT_S
+    from rcb_env.integrations.verifiers import RcbTasksetConfig
+    from rcb_env.validation import equivalence, survivors
+
+    assert GradingConfig().timeout_s == DEFAULT_TIMEOUT_S
+    assert RcbTasksetConfig.model_fields["grading_timeout_s"].default == DEFAULT_TIMEOUT_S
+    for function in (equivalence.compare, survivors.classify):
+        assert inspect.signature(function).parameters["timeout_s"].default == DEFAULT_TIMEOUT_S
+    for command in ("eval", "validate"):
+        shown = CliRunner().invoke(cli, [command, "--help"]).output
+        assert f"(default {DEFAULT_TIMEOUT_S:g}" in shown, command
+    docs = Path(__file__).resolve().parents[1] / "docs" / "grading.md"
+    assert f"timeout (default {DEFAULT_TIMEOUT_S:g} s" in docs.read_text()

@@ -27,6 +27,7 @@ from rcb_env.cli._app import (
     snippet_option,
     subset_option,
 )
+from rcb_env.grading.grader import DEFAULT_TIMEOUT_S
 from rcb_env.results.render import print_summary
 from rcb_env.results.summary import Summary
 from rcb_env.runner import new_run_dir, run_eval
@@ -88,7 +89,9 @@ from rcb_env.task.selection import load_subset, select_subset
 @click.option(
     "--paper-in-prompt", type=click.Choice(["full", "outline"]), default="full", show_default=True
 )
-@click.option("--timeout", type=float, help="Seconds per grading run (default 300).")
+@click.option(
+    "--timeout", type=float, help=f"Seconds per grading run (default {DEFAULT_TIMEOUT_S:g})."
+)
 @click.option("--model", help="For single-shot/tools: openai:<model> or anthropic:<model>.")
 @click.option("--base-url", help="OpenAI-compatible or Anthropic endpoint (vLLM, a local server).")
 @click.option("--temperature", type=float, help="Sampling temperature (default: provider's).")

@@ -22,7 +22,7 @@ from rcb_env.cli._app import (
 )
 from rcb_env.episode.env import EnvConfig
 from rcb_env.errors import ConfigError
-from rcb_env.grading.grader import GradingConfig
+from rcb_env.grading.grader import DEFAULT_TIMEOUT_S, GradingConfig
 from rcb_env.results.render import print_summary
 from rcb_env.runner import BudgetConfig, EvalConfig, new_run_dir
 from rcb_env.sandbox import BackendName
@@ -45,7 +45,9 @@ def mcp_group() -> None:
 @click.option("--port", default=0, show_default=True, help="--http: the port (0: any free one).")
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"))
 @episode_options
-@click.option("--timeout", type=float, help="Seconds per grading run (default 300).")
+@click.option(
+    "--timeout", type=float, help=f"Seconds per grading run (default {DEFAULT_TIMEOUT_S:g})."
+)
 def serve_cmd(
     pset: tuple[str, ...],
     papers: tuple[str, ...],

@@ -26,7 +26,7 @@ from rcb_env.cli._app import (
     sandbox_option,
     snippet_option,
 )
-from rcb_env.grading.grader import Grader, GradingConfig
+from rcb_env.grading.grader import DEFAULT_TIMEOUT_S, Grader, GradingConfig
 from rcb_env.runner.eval import runnable
 from rcb_env.sandbox import BackendName, SandboxFactory
 from rcb_env.task.models import Pset
@@ -50,7 +50,9 @@ from rcb_env.validation.validate import Status, ValidationReport, planned_runs, 
 @click.option("--jobs", default=1, show_default=True, help="Gradings in parallel.")
 @click.option("--repeat", default=1, show_default=True, help="Runs of each reference (flakiness).")
 @click.option(
-    "--timeout", type=float, help="Seconds per test run (default 300; overlays may raise)."
+    "--timeout",
+    type=float,
+    help=f"Seconds per test run (default {DEFAULT_TIMEOUT_S:g}; overlays may raise).",
 )
 @sandbox_option
 @cgroup_option

@@ -71,12 +71,17 @@ _RETRIED_REFERENCE = {FailureKind.KILLED, FailureKind.HOST_OOM}
 REPORT = f"{HOST_OWNED}/report.jsonl"
 
 
+#: The wall-clock limit of a grading run, unless a config or a paper's overlay says otherwise:
+#: every default of it (the command lines', the trainers' configs, the validators') is this one.
+DEFAULT_TIMEOUT_S = 300.0
+
+
 class GradingConfig(BaseModel):
     """How a test file is run. Per-paper overlays may raise the timeout."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    timeout_s: float = 300.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
     """Wall-clock limit per run (the official harness uses 60 s; ours leaves room for load)."""
     threads: int = 1
     """OMP/MKL/OpenBLAS threads, so parallel jobs do not oversubscribe the cores."""

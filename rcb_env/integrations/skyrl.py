@@ -29,7 +29,7 @@ from typing import Any
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 from rcb_env.episode.env import EnvConfig
-from rcb_env.grading.grader import GradingConfig
+from rcb_env.grading.grader import DEFAULT_TIMEOUT_S, GradingConfig
 from rcb_env.integrations._session import Session, parse_text_tool_calls
 from rcb_env.sandbox import SandboxConfig
 
@@ -72,7 +72,7 @@ class RcbSkyRLEnv(BaseTextEnv):  # type: ignore[misc]
         )
         grading = GradingConfig(
             **({"python": python} if python else {}),
-            timeout_s=float(_get(env_config, "grading_timeout_s", 300.0)),
+            timeout_s=float(_get(env_config, "grading_timeout_s", DEFAULT_TIMEOUT_S)),
         )
         episode = _get(env_config, "env")
         self.session = Session(

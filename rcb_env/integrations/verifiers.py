@@ -31,6 +31,7 @@ from typing import Any, Literal
 import verifiers.v1 as vf
 from verifiers.v1.mcp import SharedToolServer
 
+from rcb_env.grading.grader import DEFAULT_TIMEOUT_S
 from rcb_env.integrations._session import load_tasks
 from rcb_env.integrations.bridge import EpisodeBridge
 from rcb_env.integrations.mcp_server import HttpEndpoint
@@ -57,7 +58,7 @@ class RcbTasksetConfig(vf.TasksetConfig):
     """Tool calls per episode (enforced by the environment)."""
     max_wall_s: float | None = 1800.0
     """Seconds per episode (enforced by the environment)."""
-    grading_timeout_s: float = 300.0
+    grading_timeout_s: float = DEFAULT_TIMEOUT_S
     """Seconds per grading run."""
     paper_in_prompt: Literal["full", "outline"] = "outline"
     """The paper in the first observation: its outline (``read_paper`` reads a section; the

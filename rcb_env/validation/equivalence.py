@@ -18,7 +18,7 @@ from typing import Any
 
 from rcb_env import envs
 from rcb_env._common import Frozen
-from rcb_env.grading.grader import Grader, GradingConfig
+from rcb_env.grading.grader import DEFAULT_TIMEOUT_S, Grader, GradingConfig
 from rcb_env.grading.models import FailureKind, GradeResult
 from rcb_env.sandbox import SandboxConfig, SandboxFactory, sandbox_config
 from rcb_env.task.models import Paper, Pset, Snippet
@@ -74,7 +74,7 @@ def compare(
     sandbox: SandboxConfig,
     *,
     jobs: int = 1,
-    timeout_s: float = 300.0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
     on_paper: Callable[[str, Comparison], None] | None = None,
 ) -> Comparison:
     """Grade every candidate of every snippet of ``pset`` cold, then warm, ``jobs`` at a time,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rcb_env import envs
 from rcb_env.errors import SandboxError
+from rcb_env.grading.grader import DEFAULT_TIMEOUT_S
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox.base import Executor
 from rcb_env.task.annotations import insert
@@ -55,7 +56,7 @@ def classify(
     executor: Executor,
     *,
     scratch: Path,
-    timeout_s: float = 300.0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
     seed: int = 0,
 ) -> dict[str, Kind]:
     """``survivors`` (key -> mutated body) classified by running them beside the reference on
