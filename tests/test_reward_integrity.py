@@ -329,6 +329,23 @@ def test_a_library_wrapping_its_own_function_in_place_is_not_tampering(tmp_path:
     assert _grader(tmp_path, candidate_policy=True).grade(p, s, s.reference_body).passed
 
 
+def test_another_files_function_put_in_a_librarys_place_is_not_tampering(tmp_path: Path) -> None:
+    """Libraries replace each other's functions at import (``typing_extensions`` puts its own
+    in ``typing``'s place; torch rebinds functorch's helpers): a function of a file other than
+    the candidate's is no tampering. Before, every cold run of two published papers' references
+    (hyla, advantage-alignment) was flagged for it."""
+    swap = (
+        "        import math\n"
+        "        def fsum(xs, f=math.fsum):\n"
+        "            return f(xs)\n"
+        "        math.fsum = fsum\n"
+    )
+    p = _sums(tmp_path, swap)
+    s = p.snippet("total")
+    r = _grader(tmp_path, candidate_policy=True).grade(p, s, s.reference_body)
+    assert r.passed, r.detail
+
+
 def test_the_run_cannot_read_what_its_failing_tests_say(paper: Paper, tmp_path: Path) -> None:
     """A body that puts its own pipe in place of the run's stderr and reads it at exit learns
     nothing of the expected value (1.25): the test program's output goes to a descriptor of the

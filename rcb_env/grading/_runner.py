@@ -819,6 +819,15 @@ def _install_vault(
 
     function_dict = types.FunctionType.__dict__["__dict__"].__get__
 
+    def library_function(new: Any) -> bool:
+        """Is ``new`` a Python function of a library's own file (not the candidate's)? One
+        library puts its functions in another's place (``typing_extensions`` replaces
+        ``typing``'s helpers when it is imported; torch rebinds functorch's): that is no
+        tampering. What the tested code could put there instead (a function or lambda of its
+        own, a builtin, a ``partial``) still is; it cannot make a function of another file
+        (new code and function objects are refused to it)."""
+        return type(new) is types.FunctionType and new.__code__.co_filename not in _candidate_names
+
     def watch(label: str, obj: Any, names: tuple[str, ...] | None) -> None:
         snap = _snapshot(obj, names)
         watched.append((label, obj, names, snap))
@@ -901,7 +910,7 @@ def _install_vault(
                     continue
                 if not (callable(value) or issubclass(kind, wrappers)):
                     continue
-                if decorated(current, value):
+                if decorated(current, value) or library_function(current):
                     first[attr] = current
                     continue
                 moved.append(f"module {name}.{attr}")
