@@ -28,6 +28,12 @@ def truncate(text: str, limit: int) -> str:
 _AST_LOCK = threading.Lock()
 
 
+def parsing() -> threading.Lock:
+    """The lock :func:`parse_python` holds: for code that parses with ``ast`` itself (the
+    candidate policy, a standard-library file shipped into sandboxes too)."""
+    return _AST_LOCK
+
+
 def parse_python(text: str) -> ast.Module:
     """``ast.parse``, one thread at a time and quiet. CPython 3.11's conversion of a parse tree
     to Python objects keeps its recursion depth in interpreter-wide state, so two threads

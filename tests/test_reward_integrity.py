@@ -651,3 +651,28 @@ def test_views_within_their_array_are_what_they_were(paper: Paper, tmp_path: Pat
     )
     r = _grader(tmp_path, candidate_policy=False).grade(paper, paper.snippet("variance"), body)
     assert r.passed, r.detail
+
+
+def test_the_policy_parses_one_thread_at_a_time(paper: Paper, tmp_path: Path) -> None:
+    """Gradings run in threads and the policy parses with ``ast``: CPython 3.11's AST
+    construction is not safe in two threads at once (``SystemError: AST constructor recursion
+    depth mismatch``, seen once in CI when six RL environments graded together), so the
+    grader's policy check holds the process-wide parse lock."""
+    import threading
+
+    from rcb_env import _common
+
+    g = _grader(tmp_path, candidate_policy=True)
+    verdicts: list[str] = []
+    with _common.parsing():
+        thread = threading.Thread(
+            target=lambda: verdicts.append(
+                g.grade(paper, paper.snippet("variance"), "    import gc\n").kind.value
+            )
+        )
+        thread.start()
+        thread.join(1.0)
+        assert thread.is_alive()  # waiting for the lock
+        assert not verdicts
+    thread.join(30)
+    assert verdicts == [FailureKind.POLICY.value]

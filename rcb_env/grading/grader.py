@@ -35,6 +35,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from rcb_env import config, envs
+from rcb_env._common import parsing
 from rcb_env.errors import GradingError, SandboxError
 from rcb_env.execution import ExecResult
 from rcb_env.grading import policy
@@ -247,7 +248,8 @@ class Grader:
             text = (paper.root / snippet.file).read_text(encoding="utf-8", errors="replace")
         except OSError:
             text = ""
-        findings = policy.check(body, text, snippet.reference_body)
+        with parsing():  # it parses with ast: one thread at a time (see parse_python)
+            findings = policy.check(body, text, snippet.reference_body)
         if not findings:
             return None
         shown = "; ".join(str(f) for f in findings[:5])

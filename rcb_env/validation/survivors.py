@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rcb_env import envs
+from rcb_env._common import parse_python
 from rcb_env.errors import SandboxError
 from rcb_env.grading.grader import DEFAULT_TIMEOUT_S
 from rcb_env.sandbox import scratch as scratch_dirs
@@ -36,7 +37,7 @@ def callable_function(paper: Paper, snippet: Snippet) -> str | None:
     if not snippet.file.endswith(".py"):
         return None
     try:
-        tree = ast.parse(paper.file_text(snippet.file))
+        tree = parse_python(paper.file_text(snippet.file))
     except SyntaxError:
         return None
     for node in tree.body:

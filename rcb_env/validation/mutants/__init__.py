@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from rcb_env._common import Frozen
+from rcb_env._common import Frozen, parse_python
 from rcb_env._registry import Registry
 from rcb_env.validation.mutants._base import Operator
 
@@ -82,7 +82,7 @@ class Generation(Frozen):
 def _tree(code: str) -> str | None:
     """The syntax tree of ``code`` as text, or None when it does not parse."""
     try:
-        return ast.dump(ast.parse(code))
+        return ast.dump(parse_python(code))
     except (SyntaxError, ValueError):
         return None
 
