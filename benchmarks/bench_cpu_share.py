@@ -23,7 +23,7 @@ from rcb_env import config
 from rcb_env.sandbox import SandboxConfig
 from rcb_env.sandbox import cgroups as cg
 from rcb_env.sandbox import scratch as scratch_dirs
-from rcb_env.sandbox.bwrap import BwrapExecutor
+from rcb_env.sandbox.backends.bwrap import BwrapExecutor
 
 STOP = "rcb-stop-spinning"
 BOMB = f"""\

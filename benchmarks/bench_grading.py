@@ -20,7 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rcb_env import config
-from rcb_env.grading.grader import OFFICIAL_ERROR_WORDS, Grader, GradingConfig
+from rcb_env.grading.grader import Grader, GradingConfig
+from rcb_env.guest.protocol import ERROR_WORDS as OFFICIAL_ERROR_WORDS
+from rcb_env.sandbox.backends.local import LocalExecutor
 from rcb_env.task import annotations as ann
 from rcb_env.task import bundled_root, load
 from rcb_env.task.models import Pset
@@ -64,7 +66,8 @@ def main() -> None:
     args = parser.parse_args()
     pset = load(bundled_root())
     python = config.task_python()
-    grader = Grader(GradingConfig(python=python))
+    # the official harness's way: the test file on the host, unsandboxed; ours the same
+    grader = Grader(GradingConfig(python=python), executor=LocalExecutor())
     n = len(pset.snippets)
     times: dict[str, list[float]] = {"official": [], "rcb-env --jobs 1": [], "rcb-env --jobs 2": []}
     with tempfile.TemporaryDirectory(dir=config.scratch_dir()) as tmp:

@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--grading", choices=("warm", "cold"), default="warm")
     args = parser.parse_args()
     pset = load(bundled_root())
-    today, today_warm = grader_module.RUNNER_SOURCE, warm_host.SOURCE
+    today, today_warm = grader_module.SHIPPED["runner"], warm_host.SOURCE
     with tempfile.TemporaryDirectory() as tmp:
         baseline = _runner_at(args.baseline, Path(tmp))
         baseline_warm = _file_at(args.baseline, "rcb_env/sandbox/warm/in_sandbox.py", Path(tmp))
@@ -67,7 +67,7 @@ def main() -> None:
             ]
 
             def once(runner: Path) -> float:
-                grader_module.RUNNER_SOURCE = runner
+                grader_module.SHIPPED["runner"] = runner
                 warm_host.SOURCE = baseline_warm if runner == baseline else today_warm
                 start = time.perf_counter()
                 for p, s, body in bodies:
@@ -81,7 +81,7 @@ def main() -> None:
                 times["baseline"].append(once(baseline))
                 times["today"].append(once(today))
         finally:
-            grader_module.RUNNER_SOURCE, warm_host.SOURCE = today, today_warm
+            grader_module.SHIPPED["runner"], warm_host.SOURCE = today, today_warm
             for f in factories.values():
                 f.close()
     base = statistics.median(times["baseline"])

@@ -18,7 +18,9 @@ from pathlib import Path
 
 from rcb_env.results import read_records
 from rcb_env.runner import EvalConfig, run_eval
-from rcb_env.sandbox import SandboxConfig, docker, images
+from rcb_env.sandbox import SandboxConfig
+from rcb_env.sandbox.backends.docker import engine as docker
+from rcb_env.sandbox.backends.docker import images
 from rcb_env.task import load
 
 

@@ -38,7 +38,7 @@ def side(pset_name: str, papers: list[str], jobs: int) -> dict[str, object]:
     from rcb_env.sandbox import SandboxConfig, SandboxFactory
 
     pset = rcb_env.load(pset_name)
-    from rcb_env import envs
+    from rcb_env.task import environments as envs
 
     chosen = [
         p

@@ -29,14 +29,15 @@ from pathlib import Path
 
 import rcb_env
 from benchmarks._timing import p50, timed
-from rcb_env import EnvConfig, RcbEnv, SandboxFactory, envs
-from rcb_env.grading.grader import OFFICIAL_ERROR_WORDS
+from rcb_env import EnvConfig, RcbEnv, SandboxFactory
+from rcb_env.guest.protocol import ERROR_WORDS as OFFICIAL_ERROR_WORDS
 from rcb_env.results.summary import Summary
 from rcb_env.runner import EvalConfig, run_eval
 from rcb_env.runner.eval import runnable
 from rcb_env.sandbox import SandboxConfig
 from rcb_env.sandbox.warm import preload_modules
 from rcb_env.task import annotations as ann
+from rcb_env.task import environments as envs
 from rcb_env.task.models import Paper, Pset
 
 
@@ -125,7 +126,7 @@ def _pss(pid: int) -> int:
 def _sandbox_pss() -> int:
     import psutil
 
-    from rcb_env.sandbox.bwrap import _identity
+    from rcb_env.sandbox.backends.bwrap import _identity
 
     identity = _identity("rcb-sandbox")
     uid = identity[0] if identity else os.getuid()

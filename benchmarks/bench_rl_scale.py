@@ -238,7 +238,7 @@ def batch(envs: list[Any], rows: list[tuple[Paper, Snippet]]) -> float:
 
 
 def gradings(k: int) -> None:
-    from rcb_env.integrations._session import Cohort
+    from rcb_env.integrations.pull import Cohort
     from rcb_env.integrations.trl import RcbEnvironment, environment_factory
 
     sb = SandboxConfig(backend="bwrap", python=config.task_python())

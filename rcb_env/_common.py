@@ -1,5 +1,5 @@
-"""Small pieces every stage shares: head-and-tail truncation, thread-safe parsing, and the frozen
-model base (defined in the public :mod:`rcb_env.frozen`)."""
+"""Small pieces every stage shares: head-and-tail truncation, thread-safe parsing (the frozen model
+base is the public :mod:`rcb_env.frozen`)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ import ast
 import threading
 import warnings
 
-from rcb_env.frozen import Frozen
-
-__all__ = ["Frozen", "omitted", "parse_python", "truncate"]
+__all__ = ["omitted", "parse_python", "truncate"]
 
 
 def omitted(count: int, unit: str = "characters") -> str:

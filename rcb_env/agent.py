@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 #: The Ray actor that holds the model endpoints' concurrency caps of a run on a Ray cluster
-#: (created by :mod:`rcb_env.runner.ray_runner`, used by the model clients of every worker).
+#: (created by :mod:`rcb_env.dispatch.ray`, used by the model clients of every worker).
 MODEL_CAP_ACTOR = "rcb-env-model-cap"
 
 

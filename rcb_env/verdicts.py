@@ -40,7 +40,7 @@ class FailureKind(StrEnum):
     POLICY = "policy"
     """The body reaches for the interpreter's machinery instead of computing (reflection, the
     test framework's control flow, a value that decides its own comparisons, a shared library
-    rebound): refused before it runs (:mod:`rcb_env.grading.policy`)."""
+    rebound): refused before it runs (:mod:`rcb_env.guest.policy`)."""
     TAMPERING = "tampering"
     """The report channel was written by someone else, or a callable the verdict depends on
     (unittest, builtins, the tests, comparison functions) was replaced."""

@@ -40,7 +40,9 @@ from ruamel.yaml import YAML  # noqa: E402
 
 from rcb_env import config  # noqa: E402
 from rcb_env.grading.grader import Grader, GradingConfig  # noqa: E402
-from rcb_env.sandbox import SandboxConfig, bwrap  # noqa: E402
+from rcb_env.sandbox import SandboxConfig  # noqa: E402
+from rcb_env.sandbox.backends import bwrap  # noqa: E402
+from rcb_env.sandbox.backends.local import LocalExecutor  # noqa: E402
 from rcb_env.sandbox.conformance import live_processes  # noqa: E402
 
 __all__ = ["live_processes"]
@@ -143,11 +145,19 @@ def math_pset(tmp_path: Path) -> Path:
 def grader(tmp_path: Path) -> Grader:
     """Grades with this interpreter (stdlib tests need nothing else), scratch in tmp_path; the
     candidate policy off, so that a body runs and meets the run-time guards (the policy's own
-    tests: tests/test_reward_integrity.py)."""
+    tests: tests/grading/test_reward_integrity.py)."""
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     config = GradingConfig(python=Path(sys.executable), timeout_s=30, candidate_policy=False)
-    return Grader(config, scratch=scratch)
+    return local_grader(config, scratch=scratch)
+
+
+def local_grader(config: GradingConfig | None = None, *, scratch: Path | None = None) -> Grader:
+    """A grader whose runs go to the local backend's executor (no isolation: for tests of the
+    grading rules, whose bodies are ours)."""
+    config = config or GradingConfig()
+    executor = LocalExecutor(output_limit=config.output_limit, scratch=scratch)
+    return Grader(config, executor=executor, scratch=scratch)
 
 
 #: Fixtures that put a test in a tier: asking for one marks the test (marks per test, from what
@@ -255,7 +265,8 @@ def docker_images() -> str:
     an engine on a developer's machine; FAILS in CI."""
     import subprocess
 
-    from rcb_env.sandbox import docker, images
+    from rcb_env.sandbox.backends.docker import engine as docker
+    from rcb_env.sandbox.backends.docker import images
     from rcb_env.task import bundled_root, load
 
     reason = docker.probe()

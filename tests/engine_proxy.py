@@ -13,7 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rcb_env.sandbox.docker import LABEL_OWNER, LABEL_ROLE, list_containers, owner_label
+from rcb_env.sandbox.backends.docker.engine import (
+    LABEL_OWNER,
+    LABEL_ROLE,
+    list_containers,
+    owner_label,
+)
 
 
 def engine_socket() -> str:

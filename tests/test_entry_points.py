@@ -19,7 +19,7 @@ _PACKAGE = '''
 """An outside package: a backend and a task source of its own."""
 from pathlib import Path
 
-from rcb_env.sandbox.local import LocalBackend
+from rcb_env.sandbox.backends.local import LocalBackend
 from rcb_env.task.paper2code import Paper2Code
 
 

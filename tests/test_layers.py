@@ -1,5 +1,5 @@
 """The package's layers (``lint-imports`` checks them, pyproject.toml's ``[tool.importlinter]``):
-values moved down to the layers that need them keep their old import paths, and the built-in
+each concept has its room and no old import path is left, and the built-in
 agents come through an entry point, not an import."""
 
 from __future__ import annotations
@@ -11,23 +11,70 @@ import rcb_agents.registry
 from rcb_env.agent import AGENTS_GROUP, BUILTIN, AgentRegistry, _registry
 
 
-def test_moved_values_keep_their_old_import_paths() -> None:
-    from rcb_env import execution, verdicts
-    from rcb_env.grading import discovery, models, verdict
-    from rcb_env.sandbox import base, docker, docker_engine
-    from rcb_env.task import discovery as task_discovery
-    from rcb_env.task import reach
-    from rcb_env.validation import exercise
+def test_each_concept_has_its_room_and_no_old_import_path_is_left() -> None:
+    """The floor plan, as ``ls`` shows it: the backends one room each under
+    ``sandbox/backends``; everything that runs inside a sandbox in ``guest`` (importing nothing
+    of rcb_env); the cluster layer in ``dispatch``; the task environments under ``task``. The
+    old homes of moved modules are gone, not kept as aliases."""
+    import ast
+    import importlib.util
+    from pathlib import Path
 
-    assert models.Outcome is verdicts.Outcome
-    assert models.FailureKind is verdicts.FailureKind
-    assert verdict.Verdict is verdicts.Verdict
-    assert base.ExecResult is execution.ExecResult
-    assert discovery.expected_tests is task_discovery.expected_tests
-    assert exercise.reach is reach.reach
-    assert exercise.Reach is reach.Reach
-    assert docker.client is docker_engine.client
-    assert docker.remove_leftovers is docker_engine.remove_leftovers
+    import rcb_env
+    from rcb_env import _common, guest
+    from rcb_env.grading import models
+    from rcb_env.sandbox import base
+
+    root = Path(rcb_env.__file__).parent
+    for room in (
+        "sandbox/backends/bwrap.py",
+        "sandbox/backends/docker/backend.py",
+        "sandbox/backends/local.py",
+        "dispatch/ray.py",
+        "task/environments.py",
+    ):
+        assert (root / room).is_file(), room
+    shipped = sorted(p.stem for p in (root / "guest").glob("*.py") if p.stem != "__init__")
+    assert shipped == sorted(guest.NAMES)
+    for name in guest.NAMES:
+        tree = ast.parse(guest.text(name))
+        imported = {
+            alias.name.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        } | {
+            (node.module or "").split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.level == 0
+        }
+        assert "rcb_env" not in imported, name
+    # Nothing outside guest ships a file of the package into a sandbox on its own.
+    stray = [
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*.py")
+        if "guest" not in p.parts and 'with_name("_' in p.read_text()
+    ]
+    assert stray == [], stray
+    for old in (
+        "rcb_env.envs",
+        "rcb_env.grading.discovery",
+        "rcb_env.grading.policy",
+        "rcb_env.grading._runner",
+        "rcb_env.validation.exercise",
+        "rcb_env.validation._scanner",
+        "rcb_env.sandbox.bwrap",
+        "rcb_env.sandbox.docker",
+        "rcb_env.sandbox.local",
+        "rcb_env.sandbox._keyrings",
+        "rcb_env.runner.ray_runner",
+        "rcb_env.integrations._session",
+        "rcb_env.integrations._harbor_verify",
+    ):
+        assert importlib.util.find_spec(old) is None, old
+    assert "Outcome" not in models.__all__
+    assert "ExecResult" not in base.__all__
+    assert "Frozen" not in _common.__all__
 
 
 def test_builtin_agents_come_through_the_entry_point() -> None:
@@ -106,7 +153,7 @@ def test_what_differs_between_backends_is_the_backends_own() -> None:
 
 
 def test_one_module_makes_ray_remote_functions_and_actors() -> None:
-    """Ray dispatch has one home, ``rcb_env.runner.ray_runner``: every job kind goes through its
+    """Ray dispatch has one home, ``rcb_env.dispatch.ray``: every job kind goes through its
     dispatcher, so no other module of the package makes a remote function or actor."""
     import re
     from pathlib import Path
@@ -120,7 +167,7 @@ def test_one_module_makes_ray_remote_functions_and_actors() -> None:
         for path in root.rglob("*.py")
         if pattern.search(path.read_text())
     )
-    assert found == ["runner/ray_runner.py"], found
+    assert found == ["dispatch/ray.py"], found
 
 
 def test_the_grader_decides_verdicts_and_the_executor_how_runs_go() -> None:
@@ -172,3 +219,14 @@ def test_no_code_outside_the_registry_compares_a_backends_name() -> None:
     ]
     allowed = {"sandbox/backend.py", "sandbox/registry.py"}
     assert [f for f in found if f.split(":")[0] not in allowed] == []
+
+
+def test_the_runner_writes_the_events_the_protocol_reads() -> None:
+    """The grading runner keeps its own copy of the event names (it loads nothing once tested
+    code may run); they are the grading protocol's, which the host and the Harbor verifier
+    read."""
+    from rcb_env.guest import protocol, runner
+
+    names = [n for n in dir(protocol) if n.startswith("EV_") and n != "EV_FORGED"]
+    assert len(names) == 6
+    assert {n: getattr(runner, n) for n in names} == {n: getattr(protocol, n) for n in names}

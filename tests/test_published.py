@@ -23,7 +23,7 @@ from rcb_agents.models import ModelConfig, RetryPolicy
 from rcb_agents.testing import Reply, ScriptedModelServer
 
 import rcb_env
-from rcb_env import catalog, config, envs
+from rcb_env import catalog, config
 from rcb_env.catalog import Benchmark, fetch
 from rcb_env.errors import MissingTaskFileError
 from rcb_env.grading import GradingConfig
@@ -34,6 +34,7 @@ from rcb_env.results.summary import summarize_run
 from rcb_env.runner import EvalConfig, run_eval
 from rcb_env.sandbox import SandboxConfig
 from rcb_env.task import Pset
+from rcb_env.task import environments as envs
 from rcb_env.validation import audit as leak_audit
 from tests.conftest import math_files, write_paper, write_pset
 

@@ -14,8 +14,8 @@ from typing import Literal
 from pydantic import Field
 
 from rcb_env import config
-from rcb_env._common import Frozen
 from rcb_env.errors import ConfigError, MissingTaskFileError
+from rcb_env.frozen import Frozen
 
 HERE = Path(__file__).resolve().parent
 

@@ -24,8 +24,8 @@ from typing import Literal, NamedTuple
 from pydantic import model_validator
 
 from rcb_env import config
-from rcb_env._common import Frozen
 from rcb_env.errors import SandboxError
+from rcb_env.frozen import Frozen
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")

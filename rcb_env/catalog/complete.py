@@ -238,7 +238,7 @@ def complete(
 
 def describe(todo: Mapping[str, Needs]) -> dict[str, tuple[tuple[str, ...], int, bool]]:
     """Per task: what ``get`` would fetch, in words; the LFS bytes; whether a submodule is
-    among it (the shape :func:`rcb_env.envs.plan` takes)."""
+    among it (the shape :func:`rcb_env.task.environments.plan` takes)."""
     out: dict[str, tuple[tuple[str, ...], int, bool]] = {}
     for task, need in todo.items():
         lines = []

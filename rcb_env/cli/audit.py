@@ -65,11 +65,12 @@ def audit_cmd(
     controlled: list[leak_audit.Finding] | None = None
     try:
         if ray_address is not None:
-            from rcb_env.runner import ray_runner
+            from rcb_env.dispatch import ray as ray_runner
+            from rcb_env.validation import jobs as ray_jobs
 
             own = ray_runner.connect(ray_address, jobs=os.cpu_count() or 1)
             try:
-                findings = ray_runner.audit_on_ray(loaded, sandbox_cfg)
+                findings = ray_jobs.audit_on_ray(loaded, sandbox_cfg)
             finally:
                 ray_runner.disconnect(own)
             if control is not False:

@@ -9,7 +9,7 @@ import click
 from rich import box
 from rich.table import Table
 
-from rcb_env import catalog, envs
+from rcb_env import catalog
 from rcb_env.catalog import complete, fetch, lfs
 from rcb_env.cli._app import (
     EXIT_FINDINGS,
@@ -22,6 +22,7 @@ from rcb_env.cli._app import (
     paper_option,
     pset_option,
 )
+from rcb_env.task import environments as envs
 from rcb_env.task.models import Pset
 
 

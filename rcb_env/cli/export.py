@@ -80,7 +80,7 @@ def export_harbor_cmd(
     paper's image, tests/test.sh with rcb-env's grading, solution/solve.sh) and registry.json.
     Build the images first: `rcb-env images build --pset NAME`."""
     from rcb_env.integrations.harbor import export_harbor
-    from rcb_env.sandbox import images as img
+    from rcb_env.sandbox.backends.docker import images as img
 
     loaded = _load(pset, ())
     _print_failures(loaded)

@@ -100,7 +100,7 @@ def hacks_cmd(
     finally:
         factory.close()
         if own_ray is not None:
-            from rcb_env.runner import ray_runner
+            from rcb_env.dispatch import ray as ray_runner
 
             ray_runner.disconnect(own_ray)
     table = Table(title=f"Reward hacks on {factory.backend}: {TARGET[0]}/{TARGET[1]}")
@@ -141,7 +141,7 @@ def _join_ray(address: str | None) -> bool | None:
     call started the connection, or None without ``--ray``."""
     if address is None:
         return None
-    from rcb_env.runner import ray_runner
+    from rcb_env.dispatch import ray as ray_runner
 
     return ray_runner.connect(address, jobs=os.cpu_count() or 1)
 
@@ -149,8 +149,8 @@ def _join_ray(address: str | None) -> bool | None:
 def _hacks_on_ray(sandbox_cfg: Any, timeout: float, attacks: dict[str, str]) -> list[Any]:
     """Each attack graded as a Ray job (connected first; the same verdicts as a local run),
     those of one target snippet together."""
-    from rcb_env.runner import ray_runner
     from rcb_env.task import loader as task_loader
+    from rcb_env.validation import jobs as ray_jobs
     from rcb_env.validation.hacks import HackResult, target_of
 
     by_target: dict[tuple[str, str], list[str]] = {}
@@ -158,7 +158,7 @@ def _hacks_on_ray(sandbox_cfg: Any, timeout: float, attacks: dict[str, str]) -> 
         by_target.setdefault(target_of(name), []).append(name)
     rows = {}
     for (paper_id, snippet_name), names in by_target.items():
-        graded = ray_runner.grade_on_ray(
+        graded = ray_jobs.grade_on_ray(
             str(task_loader.bundled_root()),
             paper_id,
             snippet_name,

@@ -33,7 +33,7 @@ base_option = click.option(
 
 def _config(base: str | None, wheels: Path | None = None) -> object:
     from rcb_env import config
-    from rcb_env.sandbox import images as img
+    from rcb_env.sandbox.backends.docker import images as img
 
     if base is not None:
         config.remember("docker_base", base)
@@ -67,9 +67,9 @@ def images_build(
 ) -> None:
     """Build the image of every paper that can run (up-to-date images are kept; a paper whose
     build fails is reported and the others still build; exit 1 if any failed)."""
-    from rcb_env import envs
-    from rcb_env.sandbox import docker
-    from rcb_env.sandbox import images as img
+    from rcb_env.sandbox.backends.docker import engine as docker_engine
+    from rcb_env.sandbox.backends.docker import images as img
+    from rcb_env.task import environments as envs
 
     loaded = _load(pset, papers)
     _print_failures(loaded)
@@ -82,7 +82,7 @@ def images_build(
             runnable.append(paper)
         else:
             out.print(f"{paper.id}: left out ({a.reason})", highlight=False, soft_wrap=True)
-    engine = docker.client()
+    engine = docker_engine.client()
 
     def done(r: img.BuildResult) -> None:
         if r.ok:
@@ -113,10 +113,10 @@ def images_build(
 def images_list(as_json: bool) -> None:
     """rcb-env's images on the engine with their sizes (shared: bytes in layers other images
     use too, e.g. a paper's environment)."""
-    from rcb_env.sandbox import docker
-    from rcb_env.sandbox import images as img
+    from rcb_env.sandbox.backends.docker import engine as docker_engine
+    from rcb_env.sandbox.backends.docker import images as img
 
-    found = img.list_images(docker.client())
+    found = img.list_images(docker_engine.client())
     if as_json:
         for i in found:
             out.print_json(i.model_dump_json())
@@ -144,12 +144,12 @@ def images_save(
     pset: tuple[str, ...], papers: tuple[str, ...], base: str | None, output: Path
 ) -> None:
     """Write the papers' images into one archive, for `rcb-env images load` elsewhere."""
-    from rcb_env.sandbox import docker
-    from rcb_env.sandbox import images as img
+    from rcb_env.sandbox.backends.docker import engine as docker_engine
+    from rcb_env.sandbox.backends.docker import images as img
 
     loaded = _load(pset, papers)
     cfg = img.ImageConfig() if base is None else img.ImageConfig(base=base)
-    engine = docker.client()
+    engine = docker_engine.client()
     tags = [
         img.image_tag(p, cfg)
         for p in loaded.papers
@@ -168,10 +168,10 @@ def images_save(
 @click.argument("archive", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 def images_load(archive: Path) -> None:
     """Load an archive of `rcb-env images save`, checking each image against its tag."""
-    from rcb_env.sandbox import docker
-    from rcb_env.sandbox import images as img
+    from rcb_env.sandbox.backends.docker import engine as docker_engine
+    from rcb_env.sandbox.backends.docker import images as img
 
-    loaded = img.load(docker.client(), archive)
+    loaded = img.load(docker_engine.client(), archive)
     for tag, image_id in sorted(loaded.items()):
         out.print(f"{tag} {image_id[:19]}", highlight=False)
 
@@ -182,11 +182,11 @@ def images_load(archive: Path) -> None:
 @click.option("--all", "everything", is_flag=True, help="Also remove containers of live runs.")
 def images_gc(pset: tuple[str, ...], base: str | None, everything: bool) -> None:
     """Remove leftover rcb-env containers and stale rcb-env images."""
-    from rcb_env.sandbox import docker
-    from rcb_env.sandbox import images as img
+    from rcb_env.sandbox.backends.docker import engine as docker_engine
+    from rcb_env.sandbox.backends.docker import images as img
 
-    engine = docker.client()
-    removed = docker.gc_containers(engine, everything=everything)
+    engine = docker_engine.client()
+    removed = docker_engine.gc_containers(engine, everything=everything)
     loaded = _load(pset, ())
     cfg = img.ImageConfig() if base is None else img.ImageConfig(base=base)
     keep = {img.image_tag(p, cfg) for p in loaded.papers}

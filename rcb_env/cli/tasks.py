@@ -9,7 +9,7 @@ from typing import get_args
 
 import click
 
-from rcb_env import catalog, envs
+from rcb_env import catalog
 from rcb_env.catalog import complete
 from rcb_env.cli._app import (
     EXIT_FINDINGS,
@@ -23,6 +23,7 @@ from rcb_env.cli._app import (
     pset_option,
 )
 from rcb_env.cli.benchmark import _print_plan
+from rcb_env.task import environments as envs
 from rcb_env.task.models import DateField
 from rcb_env.task.render import snippet_tree, tasks_table
 from rcb_env.task.selection import select_papers

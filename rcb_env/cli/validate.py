@@ -137,7 +137,6 @@ def validate_cmd(
             what = f"{u.paper}/{u.snippet}" if u.snippet else u.paper
             notes.print(f"unavailable {what}: {u.reason}", highlight=False, soft_wrap=True)
     cfg = GradingConfig() if timeout is None else GradingConfig(timeout_s=timeout)
-    grader = Grader(cfg)
     factory = SandboxFactory(
         _sandbox_config(sandbox, None, cgroup_limits=cgroup_limits, grading=grading)
     )
@@ -146,7 +145,7 @@ def validate_cmd(
             bar = progress.add_task("", total=planned_runs(loaded, repeat))
             report = validate(
                 loaded,
-                grader,
+                cfg,
                 jobs=jobs,
                 repeat=repeat,
                 on_done=lambda label: progress.update(bar, advance=1, description=label),
@@ -159,12 +158,13 @@ def validate_cmd(
             )
             own_ray = None
             if ray_address is not None:
-                from rcb_env.runner import ray_runner
+                from rcb_env.dispatch import ray as ray_runner
+                from rcb_env.validation import jobs as ray_jobs
 
                 if loaded.parts:
                     raise click.UsageError("--mutants --ray: one benchmark at a time")
                 own_ray = ray_runner.connect(ray_address, jobs=jobs)
-                grade_all = ray_runner.mutants_on_ray(
+                grade_all = ray_jobs.mutants_on_ray(
                     loaded.benchmark or str(loaded.root), factory.config, cfg
                 )
             # the probe runs one command in a copy of its own: the cold executors

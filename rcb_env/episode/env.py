@@ -20,7 +20,7 @@ from rcb_env.episode.outcome import EpisodeOutcome, EpisodeStatus, StopReason
 from rcb_env.episode.spaces import ActionSpace, TextSpace
 from rcb_env.errors import GradingError, InfraError, infra_error
 from rcb_env.grading.grader import Grader, GradingConfig
-from rcb_env.grading.models import FailureKind, GradeResult, Outcome
+from rcb_env.grading.models import GradeResult
 from rcb_env.logs import get_logger
 from rcb_env.sandbox import Sandbox, SandboxConfig, SandboxFactory
 from rcb_env.sandbox.workspace import WorkspacePathError
@@ -29,6 +29,7 @@ from rcb_env.task.source import source_for
 from rcb_env.tools import paper as paper_tools
 from rcb_env.tools.actions import ActionError, Submit, parse_action
 from rcb_env.tools.toolbox import Feedback, ToolBox
+from rcb_env.verdicts import FailureKind, Outcome
 
 
 class EnvConfig(BaseModel):

@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from rcb_env._common import Frozen
 from rcb_env.errors import InfraError
+from rcb_env.frozen import Frozen
 from rcb_env.grading.models import GradeResult
 
 

@@ -16,6 +16,7 @@ from ruamel.yaml.error import YAMLError
 from rcb_env.episode.env import EnvConfig, RcbEnv
 from rcb_env.episode.wrappers import Budgets
 from rcb_env.errors import TaskLoadError
+from rcb_env.guest.protocol import split_lines
 from rcb_env.task import annotations as ann
 from rcb_env.task import bundled_root, load
 from rcb_env.task.loader import PAPERS_YAML, _unique_slugs, slugify
@@ -72,7 +73,7 @@ def scan_bundled() -> list[tuple[str, str, str, str]]:
                 text = (root / entry["id"] / str(rel)).read_text(encoding="utf-8")
             except OSError:
                 continue
-            for line in ann.split_lines(text):
+            for line in split_lines(text):
                 m = ann.START_RE.match(line.rstrip("\r\n"))
                 if m:
                     names.append(m.group(1))

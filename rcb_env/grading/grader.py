@@ -17,7 +17,7 @@ What a run may learn, and what may cross runs (docs/grading.md, docs/threat-mode
   once the pristine paper passes here. Only the reference, which is trusted, is run again after
   such a kill.
 - Every run starts from the same state: a fresh copy, a fresh sandbox or a fresh set of
-  namespaces whose writable filesystems are all new (:mod:`rcb_env.sandbox.warm.in_sandbox`).
+  namespaces whose writable filesystems are all new (:mod:`rcb_env.guest.warm_child`).
   A retry therefore needs no fresh process; it cannot see its earlier attempt.
 """
 
@@ -34,32 +34,30 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rcb_env import config, envs
+from rcb_env import config, guest
 from rcb_env._common import parsing
 from rcb_env.errors import GradingError, SandboxError
 from rcb_env.execution import ExecResult
-from rcb_env.grading import policy
-from rcb_env.grading.models import FailureKind, GradeResult, Outcome
+from rcb_env.grading.models import GradeResult
 from rcb_env.grading.report import read_report
 from rcb_env.grading.verdict import classify
+from rcb_env.guest import policy, protocol
 from rcb_env.logs import get_logger
-from rcb_env.sandbox import _keyrings as keyrings_module
 from rcb_env.sandbox import runs
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox.base import HOST_OWNED, Command, Executor
-from rcb_env.sandbox.local import LocalExecutor
+from rcb_env.task import environments as envs
 from rcb_env.task.models import Paper, Snippet
 from rcb_env.task.source import source_for
+from rcb_env.verdicts import FailureKind, Outcome
 
 log = get_logger(__name__)
 
-#: The official harness fails a run whose stdout or stderr contains any of these.
-OFFICIAL_ERROR_WORDS = ("Error:", "Exception:", "Traceback", "failed")
-RUNNER_SOURCE = Path(__file__).with_name("_runner.py")
-#: Copied beside the runner, which runs it before anything else (see the module's notes).
-KEYRINGS_SOURCE = keyrings_module.__file__
-#: Copied beside the runner: its list of lying methods is the policy's.
-POLICY_SOURCE = Path(policy.__file__)
+#: The guest modules a grading run ships: the runner; the keyring guard, which it runs before
+#: anything else (see its notes); and the policy, whose list of lying methods is the runner's.
+RUNNER_FILES = ("runner", "keyrings", "policy")
+#: Their files, as a grading run ships them (by the name each is imported by inside).
+SHIPPED: dict[str, Path] = {name: guest.source(name) for name in RUNNER_FILES}
 #: How the grading copy's location appears in reported output.
 GRADING_DIR = "/grading"
 _PASSTHROUGH_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "LANG", "LC_ALL", "TZ")
@@ -100,7 +98,7 @@ class GradingConfig(BaseModel):
     candidate_policy: bool = True
     """Refuse, before running it, a body that uses the interpreter's reflection, the test
     framework's control flow, a value that decides its own comparisons or rebinds what it
-    imported (:mod:`rcb_env.grading.policy`; no published reference, bundled task or mutant is
+    imported (:mod:`rcb_env.guest.policy`; no published reference, bundled task or mutant is
     refused). Off only to test the run-time guards alone."""
     kill_retries: int = Field(default=2, ge=0)
     """Extra runs after a run was killed from outside: by the host's OOM killer (any run), or
@@ -149,16 +147,16 @@ class Grader:
         self,
         config_: GradingConfig | None = None,
         *,
-        executor: Executor | None = None,
+        executor: Executor,
         scratch: Path | None = None,
     ) -> None:
+        """``executor``: where the runs go (a sandbox factory's ``grading_executor(paper)``).
+        Required: grading never falls back to running candidates on the host unasked."""
         self.config = config_ or GradingConfig()
         self.scratch = scratch or config.scratch_dir()
-        self.executor: Executor = executor or LocalExecutor(
-            output_limit=self.config.output_limit, scratch=self.scratch
-        )
+        self.executor: Executor = executor
         # An executor that brings its own interpreter (a container image) decides; else the
-        # configured one; else each paper's task environment (rcb_env.envs).
+        # configured one; else each paper's task environment (rcb_env.task.environments).
         own = self.executor.interpreter
         self.python: Path | None = Path(own) if own else self.config.python
         self._expected: dict[tuple[str, str], tuple[str, ...]] = {}
@@ -345,9 +343,8 @@ class Grader:
                 source.write_grading_copy(paper, snippet, run.body, folder)
                 rcb = workdir / "_rcb"
                 rcb.mkdir()
-                shutil.copyfile(RUNNER_SOURCE, rcb / "runner.py")
-                shutil.copyfile(KEYRINGS_SOURCE, rcb / "keyrings.py")
-                shutil.copyfile(POLICY_SOURCE, rcb / "policy.py")
+                for name, path in SHIPPED.items():
+                    shutil.copyfile(path, rcb / f"{name}.py")
                 key = secrets.token_hex(32).encode()
                 (rcb / "key").write_bytes(key)
                 lo, hi = self._candidate_lines(paper, snippet, folder)
@@ -380,7 +377,7 @@ class Grader:
                 str(rcb / "protected"),
             )
             env = {**self._env(workdir, Path(run.python)), **envs.task_env(paper)}
-            command = Command(argv, folder, env, timeout, needles=OFFICIAL_ERROR_WORDS)
+            command = Command(argv, folder, env, timeout, needles=protocol.ERROR_WORDS)
             yield _Copy(self, run, workdir, command, key)
         finally:
             scratch_dirs.discard(workdir)

@@ -1,14 +1,14 @@
 """Typed grading results. A failed test is a result; an unrunnable grader is an infra outcome.
 
 The vocabulary (:class:`Outcome`, :class:`FailureKind`, :class:`TestStatus`,
-:class:`TestOutcome`) lives in the leaf :mod:`rcb_env.verdicts`, re-exported here."""
+:class:`TestOutcome`) lives in the leaf :mod:`rcb_env.verdicts`."""
 
 from __future__ import annotations
 
-from rcb_env._common import Frozen
-from rcb_env.verdicts import FailureKind, Outcome, TestOutcome, TestStatus
+from rcb_env.frozen import Frozen
+from rcb_env.verdicts import FailureKind, Outcome, TestOutcome
 
-__all__ = ["FailureKind", "GradeResult", "Outcome", "TestOutcome", "TestStatus"]
+__all__ = ["GradeResult"]
 
 
 class GradeResult(Frozen):

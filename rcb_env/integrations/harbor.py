@@ -5,12 +5,13 @@ A task folder holds (Harbor's task format: ``harbor.models.task``):
 - ``task.toml``: the settings (timeouts, resources, the working folder) and rcb-env's metadata
   (benchmark, paper, snippet, line weight);
 - ``instruction.md``: the task as rcb-env states it to an agent;
-- ``environment/Dockerfile``: ``FROM`` the paper's image (:mod:`rcb_env.sandbox.images`: the
-  interpreter and the paper's dependencies) plus the masked repository in ``/workspace``, the
-  agent's working folder. Nothing else: no test file, no reference copy, no hidden path;
+- ``environment/Dockerfile``: ``FROM`` the paper's image
+  (:mod:`rcb_env.sandbox.backends.docker.images`: the interpreter and the paper's dependencies)
+  plus the masked repository in ``/workspace``, the agent's working folder. Nothing else: no
+  test file, no reference copy, no hidden path;
 - ``tests/``: what Harbor copies into the container only at verification time (``/tests``): the
   pristine paper (the snippet's region left as a marker line the body replaces), rcb-env's runner
-  and ``verify.py`` (:mod:`rcb_env.integrations._harbor_verify`), and ``test.sh``, which runs it on
+  and ``verify.py`` (:mod:`rcb_env.guest.harbor_verify`), and ``test.sh``, which runs it on
   the file the agent edited and writes the reward (the line weight on a pass, 0 on a failure;
   none on an infrastructure verdict) and ``details.json`` into ``/logs/verifier``;
 - ``solution/solve.sh``: the oracle (Harbor's ``oracle`` agent) writes the solved file.
@@ -32,20 +33,18 @@ from pathlib import Path
 
 from pydantic import Field
 
-from rcb_env._common import Frozen
+from rcb_env import guest
 from rcb_env.errors import ConfigError
-from rcb_env.grading import _runner as runner_module
-from rcb_env.grading import policy as policy_module
-from rcb_env.grading.grader import GradingConfig
-from rcb_env.sandbox import _keyrings as keyrings_module
+from rcb_env.frozen import Frozen
+from rcb_env.grading.grader import RUNNER_FILES, GradingConfig
+from rcb_env.guest.protocol import split_lines
 from rcb_env.sandbox.base import Limits
-from rcb_env.task.annotations import split_lines
 from rcb_env.task.models import Paper, Pset, Snippet
 from rcb_env.task.source import source_for
 
 __all__ = ["HarborExport", "export_harbor", "harbor_python", "task_name"]
 
-VERIFY_SOURCE = Path(__file__).with_name("_harbor_verify.py")
+VERIFY_SOURCE = guest.source("harbor_verify")
 #: The agent's working folder in the container (the per-paper images' WORKDIR).
 WORKSPACE = "/workspace"
 #: Stands where the snippet's body goes in the pristine copy under ``tests/paper``.
@@ -210,9 +209,7 @@ def write_task(
     rcb = tests / "rcb"
     rcb.mkdir()
     shutil.copyfile(VERIFY_SOURCE, rcb / "verify.py")
-    shutil.copyfile(str(runner_module.__file__), rcb / "runner.py")
-    shutil.copyfile(str(keyrings_module.__file__), rcb / "keyrings.py")
-    shutil.copyfile(str(policy_module.__file__), rcb / "policy.py")
+    guest.ship(rcb, *RUNNER_FILES, "protocol")
     guard = source.guarded(paper, snippet)
     spec = {
         "snippet_id": snippet.id,

@@ -30,7 +30,7 @@ from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 from rcb_env.episode.env import EnvConfig
 from rcb_env.grading.grader import DEFAULT_TIMEOUT_S, GradingConfig
-from rcb_env.integrations._session import Session, parse_text_tool_calls
+from rcb_env.integrations.pull import Session, parse_text_tool_calls
 from rcb_env.sandbox import SandboxConfig
 
 ENV_ID = "rcb-env"

@@ -38,7 +38,7 @@ from typing import Any
 from rcb_env.episode.driver import BudgetConfig
 from rcb_env.episode.env import EnvConfig
 from rcb_env.grading.grader import GradingConfig
-from rcb_env.integrations._session import Cohort, OnFailure, Session, load_tasks
+from rcb_env.integrations.pull import Cohort, OnFailure, Session, load_tasks
 from rcb_env.logs import get_logger
 from rcb_env.rl import shared
 from rcb_env.sandbox import SandboxConfig

@@ -32,9 +32,9 @@ import verifiers.v1 as vf
 from verifiers.v1.mcp import SharedToolServer
 
 from rcb_env.grading.grader import DEFAULT_TIMEOUT_S
-from rcb_env.integrations._session import load_tasks
 from rcb_env.integrations.bridge import EpisodeBridge
 from rcb_env.integrations.mcp_server import HttpEndpoint
+from rcb_env.integrations.pull import load_tasks
 from rcb_env.results.records import EpisodeRecord, RecordLog
 from rcb_env.tools.toolbox import Feedback
 

@@ -21,8 +21,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Literal
 
-from rcb_env._common import Frozen
 from rcb_env.errors import ConfigError
+from rcb_env.frozen import Frozen
 from rcb_env.results.records import RecordLog, read_jsonl, read_records
 from rcb_env.rl.trajectory import Trajectory, TrajectoryStep
 

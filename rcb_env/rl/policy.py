@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from rcb_env._common import Frozen
+from rcb_env.frozen import Frozen
 
 
 class ContextLengthError(Exception):

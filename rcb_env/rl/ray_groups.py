@@ -1,5 +1,5 @@
 """Rollout groups on a Ray cluster, as jobs of the one Ray dispatcher
-(:mod:`rcb_env.runner.ray_runner`): each group (k samples of one task, one template, one sandbox
+(:mod:`rcb_env.dispatch.ray`): each group (k samples of one task, one template, one sandbox
 each) runs on the long-lived worker of a node, whose sandbox factory (prepared templates, warm
 grading processes) the groups it runs share; it is run again elsewhere when its node dies, and
 a group that outlives its budgets is ended by the driver's watchdog as an infrastructure failure
@@ -19,11 +19,11 @@ from typing import Any
 
 import ray
 
+from rcb_env.dispatch.ray import Node, RayDispatcher, TaskRef, watchdog_s
 from rcb_env.errors import InfraError
 from rcb_env.rl.policy import Policy
 from rcb_env.rl.rollout import Group, RolloutConfig, openai_tools, rollout_group
 from rcb_env.rl.trajectory import Trajectory
-from rcb_env.runner.ray_runner import Node, RayDispatcher, TaskRef, watchdog_s
 from rcb_env.sandbox import SandboxConfig
 
 
@@ -116,8 +116,8 @@ def rollout_groups(
     worker per node for the call. Each finished group reaches ``on_group(group, node_id)`` as it
     completes (a group that failed for good, unscored, with no node: ``""``); all are
     returned."""
-    from rcb_env.runner.episode import task_hash
     from rcb_env.task import load
+    from rcb_env.task.models import task_hash
 
     if not ray.is_initialized():
         raise RuntimeError("connect to a Ray cluster first (ray.init)")

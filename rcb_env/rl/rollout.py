@@ -29,12 +29,12 @@ from typing import Any, Literal, NoReturn, TypeVar
 
 from pydantic import Field
 
-from rcb_env._common import Frozen
 from rcb_env.agent import Agent, OutOfBudget
 from rcb_env.episode.driver import BudgetConfig, Episode
 from rcb_env.episode.env import EnvConfig, RcbEnv
 from rcb_env.episode.outcome import EpisodeOutcome, StopReason
 from rcb_env.errors import InfraError, InfrastructureError
+from rcb_env.frozen import Frozen
 from rcb_env.grading.grader import GradingConfig
 from rcb_env.rl.policy import ContextLengthError, Policy, PolicyOutput
 from rcb_env.rl.shared import shared_factory

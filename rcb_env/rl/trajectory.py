@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from rcb_env._common import Frozen
 from rcb_env.errors import InfraError
+from rcb_env.frozen import Frozen
 
 SCHEMA = "rcb-env/trajectory/1"
 

@@ -1,13 +1,11 @@
 """One episode of a run, start to record: the run's configuration (:class:`EvalConfig`), the
 agent it names, and :func:`run_episode`, which drives the episode through the one driver
 (:class:`~rcb_env.episode.driver.Episode`) and turns its outcome into the record. Used by the
-local runner (:mod:`rcb_env.runner.eval`) and the Ray layer (:mod:`rcb_env.runner.ray_runner`)
+local runner (:mod:`rcb_env.runner.eval`) and the Ray layer (:mod:`rcb_env.dispatch.ray`)
 alike."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import secrets
 from typing import Any
 
@@ -21,7 +19,7 @@ from rcb_env.logs import get_logger
 from rcb_env.results.records import EpisodeRecord
 from rcb_env.sandbox import SandboxConfig, SandboxFactory
 from rcb_env.sandbox.backend import brings_interpreter
-from rcb_env.task.models import Paper, Pset, Snippet
+from rcb_env.task.models import Paper, Pset, Snippet, task_hash
 
 log = get_logger(__name__)
 
@@ -49,11 +47,6 @@ class EvalConfig(BaseModel):
     @classmethod
     def _model_as_json(cls, value: Any) -> Any:
         return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
-
-
-def task_hash(snippet: Snippet) -> str:
-    spec = snippet.model_dump(mode="json")
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def make_agent_factory(cfg: EvalConfig, pset: Pset) -> AgentFactory:

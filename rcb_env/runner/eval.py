@@ -13,7 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from rcb_env import envs
 from rcb_env.agent import AgentFactory
 from rcb_env.episode.outcome import EpisodeOutcome
 from rcb_env.errors import ConfigError, InfraError
@@ -32,12 +31,12 @@ from rcb_env.runner.episode import (
     make_agent_factory,
     names_interpreter,
     run_episode,
-    task_hash,
 )
 from rcb_env.sandbox import SandboxConfig, SandboxFactory
 from rcb_env.sandbox.backend import unavailable_on
 from rcb_env.sandbox.registry import comparable
-from rcb_env.task.models import Paper, Pset, Snippet
+from rcb_env.task import environments as envs
+from rcb_env.task.models import Paper, Pset, Snippet, task_hash
 
 __all__ = [
     "RECORDS",
@@ -48,7 +47,6 @@ __all__ = [
     "run_episode",
     "run_eval",
     "runnable",
-    "task_hash",
 ]
 
 RUN_SCHEMA = "rcb-env/run/1"
@@ -65,10 +63,10 @@ def new_run_dir(runs_root: Path) -> Path:
 def runnable(
     pset: Pset, *, interpreter_given: bool = False, sandbox: SandboxConfig | None = None
 ) -> tuple[Pset, Totals]:
-    """The papers that can run in this installation (:func:`rcb_env.envs.availability`) and,
-    given the run's ``sandbox``, on its backend (:meth:`Backend.unavailable`: e.g. a paper
-    without its Docker image), and the totals of the whole selection with what was left out
-    and why."""
+    """The papers that can run in this installation
+    (:func:`rcb_env.task.environments.availability`) and, given the run's ``sandbox``, on its
+    backend (:meth:`Backend.unavailable`: e.g. a paper without its Docker image), and the
+    totals of the whole selection with what was left out and why."""
     ready, left_out = [], []
     for paper in pset.papers:
         a = envs.availability(paper, interpreter_given=interpreter_given)
@@ -175,7 +173,7 @@ def run_eval(
     ``ray_address`` runs the episodes on a Ray cluster instead (``local``: a Ray instance on
     this machine with ``jobs`` sandbox slots; else a cluster's address): one Ray task per group
     of samples of a snippet, records streamed back and written here only
-    (:mod:`rcb_env.runner.ray_runner`). ``ray_warm``: one long-lived worker per node holding
+    (:mod:`rcb_env.dispatch.ray`). ``ray_warm``: one long-lived worker per node holding
     its sandbox factory and caches, the groups of a paper routed to the same worker.
 
     Raises:
@@ -291,7 +289,7 @@ class _Episodes:
         self.factory: SandboxFactory | None = None
         self.prewarmer: Prewarmer | None = None
         if ray_address is not None:
-            from rcb_env.runner.ray_runner import RayDispatcher
+            from rcb_env.dispatch.ray import RayDispatcher
 
             self.dispatcher = RayDispatcher(ray_address, jobs=jobs, warm=ray_warm)
         else:
@@ -373,7 +371,8 @@ def _run_on_ray(
 ) -> None:
     """``items`` as one job per snippet (its pending samples); records kept as they come."""
     from rcb_env.catalog import BENCHMARKS as BENCHMARK_NAMES
-    from rcb_env.runner.ray_runner import EvalGroup, TaskRef, ship_tasks
+    from rcb_env.dispatch.ray import TaskRef, ship_tasks
+    from rcb_env.runner.jobs import EvalGroup
 
     groups: dict[str, list[tuple[Paper, Snippet, int]]] = {}
     for item in items:

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from rcb_env import config as settings
 from rcb_env.errors import ConfigError
+from rcb_env.execution import ExecResult
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox.backend import (
     Backend,
@@ -27,14 +28,7 @@ from rcb_env.sandbox.backend import (
     resolve_backend,
     unregister_backend,
 )
-from rcb_env.sandbox.base import (
-    BackendName,
-    ExecResult,
-    Executor,
-    Limits,
-    Sandbox,
-    SandboxConfig,
-)
+from rcb_env.sandbox.base import BackendName, Executor, Limits, Sandbox, SandboxConfig
 from rcb_env.sandbox.workspace import WorkspacePathError, build_template
 from rcb_env.task.models import Paper, Snippet
 

@@ -30,7 +30,6 @@ __all__ = [
     "HOST_OWNED",
     "BackendName",
     "Command",
-    "ExecResult",  # defined in the leaf rcb_env.execution; imported from here too
     "Executor",
     "GradingCopy",
     "GradingRun",
@@ -214,7 +213,7 @@ class SandboxConfig(BaseModel):
     registered backend by name."""
     options: dict[str, Any] = {}
     """Settings of the chosen backend, validated by its own model (``Backend.options_model``:
-    :class:`~rcb_env.sandbox.docker.DockerOptions`, :class:`~rcb_env.sandbox.bwrap.BwrapOptions`).
+    ``DockerOptions``, ``BwrapOptions``).
     For a backend named here, checked now and kept complete (defaults filled in); for ``auto``,
     kept as given and checked once resolved."""
     limits: Limits = Limits()

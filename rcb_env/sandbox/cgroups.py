@@ -41,8 +41,9 @@ from pathlib import Path
 from typing import Literal
 
 from rcb_env.errors import SandboxError
+from rcb_env.execution import ExecResult
 from rcb_env.logs import get_logger
-from rcb_env.sandbox.base import ExecResult, Limits
+from rcb_env.sandbox.base import Limits
 
 log = get_logger(__name__)
 

@@ -28,9 +28,9 @@ BACKENDS_GROUP = "rcb_env.backends"
 backends: Registry[Any] = Registry(
     "sandbox backend",
     {
-        "bwrap": "rcb_env.sandbox.bwrap:BwrapBackend",
-        "docker": "rcb_env.sandbox.docker:DockerBackend",
-        "local": "rcb_env.sandbox.local:LocalBackend",
+        "bwrap": "rcb_env.sandbox.backends.bwrap:BwrapBackend",
+        "docker": "rcb_env.sandbox.backends.docker.backend:DockerBackend",
+        "local": "rcb_env.sandbox.backends.local:LocalBackend",
     },
     group=BACKENDS_GROUP,
     on_load=lambda name: scratch_dirs.register_prefix(f"rcb-{name}-"),

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import IO
 
 from rcb_env.errors import SandboxError
+from rcb_env.execution import ExecResult
 from rcb_env.sandbox._io import read_capped
-from rcb_env.sandbox.base import ExecResult
 from rcb_env.untrusted import open_beneath
 
 #: What is read of the launcher's messages (bwrap's, docker's) for an error.

@@ -11,20 +11,12 @@ import re
 from dataclasses import dataclass
 
 from rcb_env.errors import AnnotationError, DuplicateSnippetError
+from rcb_env.guest.protocol import split_lines
 
 START_RE = re.compile(r'^\s*#\s*<paper2code\s+name="([^"]+)">\s*$')
 END_RE = re.compile(r'^\s*#\s*</paper2code\s+name="([^"]+)">\s*$')
 # Anything in a comment that looks like a marker but does not match the strict grammar.
 _MARKERISH_RE = re.compile(r"#.*</?\s*paper2code\b")
-
-
-def split_lines(text: str) -> list[str]:
-    """Split on ``\\n`` only, keeping line endings; ``"".join(split_lines(t)) == t``."""
-    parts = text.split("\n")
-    lines = [p + "\n" for p in parts[:-1]]
-    if parts[-1]:
-        lines.append(parts[-1])
-    return lines
 
 
 def _bare(line: str) -> str:

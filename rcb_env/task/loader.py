@@ -24,6 +24,7 @@ from rcb_env.errors import (
     MissingTaskFileError,
     TaskLoadError,
 )
+from rcb_env.guest.protocol import split_lines
 from rcb_env.task import annotations as ann
 from rcb_env.task.models import AnnotatedFile, LoadFailure, Overlay, Paper, PaperMeta, Pset, Snippet
 
@@ -465,8 +466,7 @@ def load_lone_paper(folder: Path) -> Paper:
         if rel.endswith(".py")
         and not is_hidden(rel, patterns)
         and any(
-            ann.START_RE.match(line.rstrip("\n"))
-            for line in ann.split_lines(_read_text(folder / rel))
+            ann.START_RE.match(line.rstrip("\n")) for line in split_lines(_read_text(folder / rel))
         )
     )
     meta = PaperMeta(id=folder.name, annotated_file_paths=annotated)

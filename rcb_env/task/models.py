@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
-from rcb_env._common import Frozen
 from rcb_env.catalog.assets import Asset
+from rcb_env.frozen import Frozen
 from rcb_env.task.annotations import Span, todo_lines
 
 
@@ -289,3 +291,10 @@ class Pset(Frozen):
             if p.id == paper_id:
                 return p
         raise KeyError(f"no paper {paper_id!r} in {self.root}")
+
+
+def task_hash(snippet: Snippet) -> str:
+    """A snippet's content hash: what a run's record names, and what a node checks its own copy
+    of the tasks against before it runs a job."""
+    spec = snippet.model_dump(mode="json")
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]

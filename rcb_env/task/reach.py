@@ -25,7 +25,8 @@ from collections import deque
 from pathlib import Path
 from typing import Literal
 
-from rcb_env._common import Frozen, parse_python
+from rcb_env._common import parse_python
+from rcb_env.frozen import Frozen
 
 __all__ = ["Reach", "ReachKind", "reach"]
 

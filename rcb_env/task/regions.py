@@ -4,9 +4,7 @@ line span)."""
 
 from __future__ import annotations
 
-import difflib
-
-from rcb_env.task.annotations import split_lines
+from rcb_env.guest.protocol import extract_span, split_lines
 
 __all__ = ["extract_region", "extract_span"]
 
@@ -35,27 +33,3 @@ def extract_region(masked_text: str, placeholder: list[str], edited_text: str) -
     if start is None or n == 0:
         raise ValueError("the masked text has no placeholder block")
     return extract_span(masked_text, start, start + n, edited_text)
-
-
-def extract_span(masked_text: str, start: int, end: int, edited_text: str) -> tuple[str, bool]:
-    """What now stands where lines ``start:end`` (0-based, end exclusive; may be empty) stood in
-    ``masked_text``; see :func:`extract_region`."""
-    masked = split_lines(masked_text)
-    edited = split_lines(edited_text)
-    n = end - start
-    mapping: dict[int, int] = {}
-    matcher = difflib.SequenceMatcher(None, masked, edited, autojunk=False)
-    for block in matcher.get_matching_blocks():
-        for k in range(block.size):
-            mapping[block.a + k] = block.b + k
-    before = [i for i in range(start) if i in mapping]
-    after = [i for i in range(end, len(masked)) if i in mapping]
-    lo = mapping[before[-1]] + 1 if before else 0
-    hi = mapping[after[0]] if after else len(edited)
-    hi = max(hi, lo)
-    body = "".join(edited[lo:hi])
-    # Untouched context maps line for line; a changed, deleted or added line outside the region
-    # breaks either count.
-    context = len(masked) - n
-    outside = len(before) + len(after) != context or len(edited) - (hi - lo) != context
-    return body, outside

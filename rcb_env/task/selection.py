@@ -7,8 +7,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from rcb_env._common import Frozen
 from rcb_env.errors import ConfigError
+from rcb_env.frozen import Frozen
 from rcb_env.task.models import DateField, Pset, PsetPart
 
 

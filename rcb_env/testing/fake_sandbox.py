@@ -15,9 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
+from rcb_env.execution import ExecResult
 from rcb_env.sandbox.backend import Backend
-from rcb_env.sandbox.base import ExecResult, Executor, Sandbox, SandboxConfig
-from rcb_env.sandbox.local import HostShellSandbox, LocalExecutor
+from rcb_env.sandbox.backends.local import HostShellSandbox, LocalExecutor
+from rcb_env.sandbox.base import Executor, Sandbox, SandboxConfig
 from rcb_env.task.models import Paper
 
 Injected = Callable[[str], BaseException | None]

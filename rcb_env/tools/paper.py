@@ -3,8 +3,8 @@
 Headings are parsed, not pattern-matched: a LaTeX sectioning command's title is read up to its
 balanced closing brace (nested braces, escaped braces, math, a title spread over lines), and what
 follows it on the line (``\\label{...}``, a comment) is not part of it. Markdown has ATX (``#``)
-and setext (underlined) headings; fenced code is skipped. ``tests/test_paper_headings.py`` holds
-the real-paper forms this must read.
+and setext (underlined) headings; fenced code is skipped.
+``tests/task/test_paper_headings.py`` holds the real-paper forms this must read.
 """
 
 from __future__ import annotations

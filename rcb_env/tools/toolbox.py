@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rcb_env._common import truncate
-from rcb_env.grading.models import GradeResult, Outcome, TestStatus
+from rcb_env.grading.models import GradeResult
 from rcb_env.sandbox.base import Sandbox
 from rcb_env.sandbox.workspace import WorkspacePathError
 from rcb_env.tools import paper as paper_text
@@ -25,6 +25,7 @@ from rcb_env.tools.actions import (
     Submit,
     WriteFile,
 )
+from rcb_env.verdicts import Outcome, TestStatus
 
 Feedback = Literal["full", "summary", "none"]
 

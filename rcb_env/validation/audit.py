@@ -23,15 +23,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from rcb_env import envs
+from rcb_env import guest
 from rcb_env.sandbox import SandboxFactory
+from rcb_env.task import environments as envs
 from rcb_env.task.loader import bundled_root, is_hidden, load_pset
 from rcb_env.task.models import Paper, Pset, Snippet
 
 #: Shorter lines (``return x``) are too common to mean anything.
 MIN_CHARS = 24
 
-SCANNER_SOURCE = Path(__file__).with_name("_scanner.py")
+SCANNER_SOURCE = guest.source("scanner")
 
 
 FindingKind = Literal["paper_text", "sibling", "vendored", "environment", "git", "variable"]

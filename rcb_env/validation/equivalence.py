@@ -16,13 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
-from rcb_env import envs
-from rcb_env._common import Frozen
+from rcb_env.frozen import Frozen
 from rcb_env.grading.grader import DEFAULT_TIMEOUT_S, Grader, GradingConfig
-from rcb_env.grading.models import FailureKind, GradeResult
+from rcb_env.grading.models import GradeResult
 from rcb_env.sandbox import SandboxConfig, SandboxFactory, sandbox_config
+from rcb_env.task import environments as envs
 from rcb_env.task.models import Paper, Pset, Snippet
 from rcb_env.validation.hacks import ATTACKS, target_of
+from rcb_env.verdicts import FailureKind
 
 
 class Difference(Frozen):

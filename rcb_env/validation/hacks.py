@@ -21,9 +21,10 @@ import psutil
 from pydantic import BaseModel, ConfigDict
 
 from rcb_env.grading.grader import Grader
-from rcb_env.grading.models import FailureKind, GradeResult
+from rcb_env.grading.models import GradeResult
 from rcb_env.sandbox import SandboxFactory, scratch
 from rcb_env.task.models import Paper, Pset
+from rcb_env.verdicts import FailureKind
 
 TARGET = ("adamw-warmup", "bias correction")
 _I = " " * 8

@@ -19,8 +19,8 @@ from typing import Literal, NamedTuple
 
 from pydantic import ValidationError
 
-from rcb_env._common import Frozen
 from rcb_env.errors import ConfigError
+from rcb_env.frozen import Frozen
 from rcb_env.grading.grader import Grader
 from rcb_env.grading.models import GradeResult
 from rcb_env.grading.prewarm import Prewarmer

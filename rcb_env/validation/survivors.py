@@ -3,7 +3,7 @@
 Where the snippet lies in a module-level function that its test calls, the function can be
 called in isolation: the test is run once under the paper's interpreter, in the paper's sandbox,
 with a spy that keeps the arguments of the function's first calls; perturbed copies of them
-(:mod:`rcb_env.validation._survivor_probe`) go to the reference and to each survivor. A survivor
+(:mod:`rcb_env.guest.survivor_probe`) go to the reference and to each survivor. A survivor
 whose output differs on some input is a **test gap** (wrong code the test lets through); one
 that agrees on every input is **possibly equivalent** (no test may be able to kill it). Other
 survivors are left unclassified.
@@ -17,18 +17,19 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from rcb_env import envs
+from rcb_env import guest
 from rcb_env._common import parse_python
 from rcb_env.errors import SandboxError
 from rcb_env.grading.grader import DEFAULT_TIMEOUT_S
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox.base import Executor
+from rcb_env.task import environments as envs
 from rcb_env.task.annotations import insert
 from rcb_env.task.models import Paper, Snippet
 from rcb_env.task.source import source_for
 from rcb_env.validation.strength import Kind
 
-PROBE = Path(__file__).with_name("_survivor_probe.py")
+PROBE = guest.source("survivor_probe")
 
 
 def callable_function(paper: Paper, snippet: Snippet) -> str | None:

@@ -10,15 +10,17 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from enum import StrEnum
+from pathlib import Path
 
-from rcb_env._common import Frozen
-from rcb_env.grading.grader import Grader
-from rcb_env.grading.models import GradeResult, Outcome
+from rcb_env.frozen import Frozen
+from rcb_env.grading.grader import Grader, GradingConfig
+from rcb_env.grading.models import GradeResult
 from rcb_env.grading.prewarm import Prewarmer
 from rcb_env.sandbox.base import Executor
 from rcb_env.task.models import LoadFailure, Paper, Pset, Snippet
 from rcb_env.task.reach import Reach, ReachKind
 from rcb_env.task.source import source_for
+from rcb_env.verdicts import Outcome
 
 SCHEMA = "rcb-env/validate/1"
 
@@ -158,30 +160,23 @@ def _status(
 
 def validate(
     pset: Pset,
-    grader: Grader,
+    config: GradingConfig,
     *,
+    executor_for: Callable[[Paper], Executor],
     jobs: int = 1,
     repeat: int = 1,
     on_done: Callable[[str], None] | None = None,
     everything: Pset | None = None,
-    executor_for: Callable[[Paper], Executor] | None = None,
+    scratch: Path | None = None,
 ) -> ValidationReport:
     """Grade every test file's reference ``repeat`` times and every snippet's masked and pass
     bodies, with ``jobs`` gradings in parallel; check statically that each snippet's test
     reaches it (over ``everything`` when given: the whole selection, including what cannot run
-    here). ``executor_for`` gives each paper its sandbox's grading executor (default: the
-    grader's own, for every paper)."""
+    here). ``executor_for`` gives each paper its sandbox's grading executor."""
     started: dict[str, float] = {p.id: time.monotonic() for p in pset.papers}
     # Validation measures the references themselves: raw verdicts, no pristine gate.
-    cfg = grader.config.model_copy(update={"require_pristine": False})
-    graders = {
-        p.id: Grader(
-            cfg,
-            executor=executor_for(p) if executor_for is not None else grader.executor,
-            scratch=grader.scratch,
-        )
-        for p in pset.papers
-    }
+    cfg = config.model_copy(update={"require_pristine": False})
+    graders = {p.id: Grader(cfg, executor=executor_for(p), scratch=scratch) for p in pset.papers}
 
     prewarmer = Prewarmer(lambda p: graders[p.id].executor, cfg, pset.papers)
 

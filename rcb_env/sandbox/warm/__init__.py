@@ -3,7 +3,7 @@
 - :mod:`rcb_env.sandbox.warm.host` runs in rcb-env's own process: it starts a warm process in a
   paper's sandbox, pools them, and runs each grading through one (:class:`WarmExecutor`, the
   executors' warm capability).
-- :mod:`rcb_env.sandbox.warm.in_sandbox` runs inside the sandbox under the task's interpreter
+- :mod:`rcb_env.guest.warm_child` runs inside the sandbox under the task's interpreter
   (standard library only): the warm process itself, and each run forked from it into namespaces
   of its own.
 """

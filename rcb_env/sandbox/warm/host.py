@@ -1,6 +1,6 @@
 """Warm grading: per paper and task environment, a long-lived process in the paper's sandbox that
 has imported the heavy third-party modules its tests use, from which each grading starts in its
-own namespaces (:mod:`rcb_env.sandbox.warm.in_sandbox` is that process; this is the host's side).
+own namespaces (:mod:`rcb_env.guest.warm_child` is that process; this is the host's side).
 
 - Which modules: everything the test files and the annotated files import
   (:func:`preload_modules`), minus any name the paper itself defines (a local ``models.py``
@@ -38,12 +38,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol, TypeVar, cast
 
+from rcb_env import guest
 from rcb_env._common import parse_python
 from rcb_env.errors import GradingError, SandboxError
+from rcb_env.execution import ExecResult
 from rcb_env.logs import get_logger
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox._io import read_capped
-from rcb_env.sandbox.base import ExecResult, Executor, GradingRun, WarmGrading
+from rcb_env.sandbox.base import Executor, GradingRun, WarmGrading
 from rcb_env.sandbox.runs import WarmUnavailable, attempt
 from rcb_env.task.models import Paper
 from rcb_env.task.source import source_for
@@ -51,7 +53,7 @@ from rcb_env.untrusted import open_beneath, read_beneath
 
 log = get_logger(__name__)
 
-SOURCE = Path(__file__).with_name("in_sandbox.py")
+SOURCE = guest.source("warm_child")
 #: A warm process that failed to start (or died) this often for one key is not tried again.
 MAX_STARTS = 3
 #: Per-run variables; everything else of the environment is the warm process's own.

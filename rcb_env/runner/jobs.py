@@ -1,0 +1,62 @@
+"""An evaluation's work as Ray jobs (:mod:`rcb_env.dispatch.ray`): a snippet's pending samples,
+run on a node in the run's configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rcb_env.dispatch.ray import Node, TaskRef, watchdog_s
+from rcb_env.runner.episode import EvalConfig, make_agent_factory, names_interpreter, run_episode
+from rcb_env.sandbox import SandboxConfig
+from rcb_env.task import environments as envs
+
+
+@dataclass(frozen=True)
+class EvalGroup:
+    """An evaluation's pending samples of one snippet, run one after another in the run's
+    configuration; its result is their records (JSON), each naming its node and attempt."""
+
+    task: TaskRef
+    samples: tuple[int, ...]
+    cfg: EvalConfig
+    run_id: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.task.id}:{list(self.samples)}"
+
+    @property
+    def sandbox(self) -> SandboxConfig:
+        return self.cfg.sandbox
+
+    @property
+    def home(self) -> str:
+        return self.task.paper_id
+
+    def deadline_s(self) -> float:
+        """Each sample may take its wall budget and its grading."""
+        per_sample = (self.cfg.budgets.max_wall_s or 1800.0) + self.cfg.grading.timeout_s
+        return watchdog_s(per_sample * len(self.samples), len(self.samples), self.cfg.sandbox)
+
+    def run(self, node: Node) -> list[dict[str, Any]]:
+        pset, paper, snippet = node.snippet(self.task)
+        ready = envs.availability(paper, interpreter_given=names_interpreter(self.cfg))
+        if ready.status != "ready":
+            raise RuntimeError(
+                f"node {node.id[:12]} is not prepared for {paper.id}: {ready.reason} (run "
+                "`rcb-env setup` there, or pull the images, before it joins)"
+            )
+        node.prepare(paper)
+        only = pset.model_copy(
+            update={"papers": (paper.model_copy(update={"snippets": (snippet,)}),)}
+        )
+        new_agent = make_agent_factory(self.cfg, only)
+        out = []
+        for sample in self.samples:
+            record = run_episode(
+                paper, snippet, sample, new_agent(), self.cfg, node.factory, self.run_id
+            )
+            stamped = record.model_copy(update={"node": node.id, "attempt": node.attempt})
+            out.append(stamped.model_dump(mode="json"))
+        return out
