@@ -8,6 +8,13 @@ Variables (all optional):
 - ``RCB_SCRATCH_DIR``: where workspaces and grading copies are made (default: ``/dev/shm``).
 - ``RCB_DOCKER_BASE``: the base image of the per-paper Docker images.
 - ``RCB_SETTINGS_FILE``: the settings file (default ``$RCB_ENV_HOME/settings.json``).
+- ``RCB_DOCKERD_RUN``: the folder of the engine ``scripts/with-dockerd.sh start`` keeps running
+  (default ``/run/rcb-env-dockerd``).
+- ``RCB_RAY_TEMP_DIR``: the session folder of a local Ray this process starts.
+- ``RCB_ENV_GRADING_WORKERS``: how many gradings of a process may run at once (RL; default:
+  twice the cores, at least 2).
+- ``RCB_HARBOR_PYTHON``: the interpreter of a Harbor installation (default: the one
+  ``scripts/install.sh`` makes beside rcb-env's venv).
 
 Choices remembered across commands (``rcb-env images build --base`` records the base image,
 ``--wheels`` the folder of wheels for offline builds) live in the settings file; a variable above
@@ -22,6 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: Where the installer puts the task interpreter (a venv outside any home folder, so that an
@@ -46,6 +54,14 @@ class Settings(BaseSettings):
     """``RCB_DOCKER_BASE``."""
     settings_file: Path | None = None
     """``RCB_SETTINGS_FILE``."""
+    dockerd_run: Path = Path("/run/rcb-env-dockerd")
+    """``RCB_DOCKERD_RUN``."""
+    ray_temp_dir: Path | None = None
+    """``RCB_RAY_TEMP_DIR``."""
+    harbor_python: Path | None = None
+    """``RCB_HARBOR_PYTHON``."""
+    env_grading_workers: int | None = Field(default=None, ge=1)
+    """``RCB_ENV_GRADING_WORKERS``: how many gradings of a process may run at once (RL)."""
 
 
 def settings() -> Settings:

@@ -230,3 +230,54 @@ def test_the_runner_writes_the_events_the_protocol_reads() -> None:
     names = [n for n in dir(protocol) if n.startswith("EV_") and n != "EV_FORGED"]
     assert len(names) == 6
     assert {n: getattr(runner, n) for n in names} == {n: getattr(protocol, n) for n in names}
+
+
+def test_one_module_reads_rcb_environment_variables() -> None:
+    """``rcb_env.config`` is the one module that reads rcb-env's environment variables
+    (``RCB_*``, named as a literal or by a module constant); others set them for processes
+    they start, never read them."""
+    import ast
+    from pathlib import Path
+
+    import rcb_env
+
+    root = Path(rcb_env.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "config.py":
+            continue
+        tree = ast.parse(path.read_text())
+        constants = {
+            target.id
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and str(node.value.value).startswith("RCB_")
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+
+        def names_rcb(arg: ast.expr, constants: set[str] = constants) -> bool:
+            if isinstance(arg, ast.Constant):
+                return str(arg.value).startswith("RCB_")
+            return isinstance(arg, ast.Name) and arg.id in constants
+
+        for node in ast.walk(tree):
+            read = None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+                owner = node.func.value
+                on_environ = (isinstance(owner, ast.Attribute) and owner.attr == "environ") or (
+                    isinstance(owner, ast.Name) and owner.id == "environ"
+                )
+                if (node.func.attr == "get" and on_environ) or node.func.attr == "getenv":
+                    read = node.args[0]
+            elif (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.ctx, ast.Load)
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "environ"
+            ):
+                read = node.slice
+            if read is not None and names_rcb(read):
+                found.append(f"{path.relative_to(root).as_posix()}:{getattr(node, 'lineno', 0)}")
+    assert found == [], found

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import tempfile
 import threading
 import time
@@ -42,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import ray
 
+from rcb_env import config
 from rcb_env.errors import ConfigError, SandboxError
 from rcb_env.sandbox import SandboxConfig, SandboxFactory
 from rcb_env.sandbox._remove import remove_tree
@@ -367,7 +367,8 @@ def connect(address: str | None, jobs: int = 1) -> bool:
         if address in (None, "", "local"):
             # $RCB_RAY_TEMP_DIR: the local Ray's session folder (its processes inherit it, so
             # what outlives a killed driver can be found and stopped by pid)
-            temp = os.environ.get("RCB_RAY_TEMP_DIR") or None
+            given = config.settings().ray_temp_dir
+            temp = str(given) if given is not None and str(given) else None
             ray.init(
                 num_cpus=max(1, jobs),
                 resources={RESOURCE: max(1, jobs)},

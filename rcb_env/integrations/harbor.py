@@ -22,7 +22,6 @@ A task folder holds (Harbor's task format: ``harbor.models.task``):
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import shutil
@@ -33,7 +32,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from rcb_env import guest
+from rcb_env import config, guest
 from rcb_env.errors import ConfigError
 from rcb_env.frozen import Frozen
 from rcb_env.grading.grader import RUNNER_FILES, GradingConfig
@@ -85,8 +84,8 @@ def task_name(snippet: Snippet) -> str:
 def harbor_python() -> Path | None:
     """The interpreter of the Harbor installation (``$RCB_HARBOR_PYTHON``, else the venv
     ``scripts/install.sh`` makes inside rcb-env's own, ``<venv>/harbor``), or None."""
-    given = os.environ.get("RCB_HARBOR_PYTHON")
-    candidates = [Path(given)] if given else [Path(sys.prefix) / "harbor" / "bin" / "python"]
+    given = config.settings().harbor_python
+    candidates = [given] if given else [Path(sys.prefix) / "harbor" / "bin" / "python"]
     return next((c for c in candidates if c.is_file()), None)
 
 

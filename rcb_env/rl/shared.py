@@ -23,6 +23,7 @@ import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
+from rcb_env import config
 from rcb_env.logs import get_logger
 from rcb_env.sandbox import SandboxConfig, SandboxFactory
 
@@ -55,9 +56,9 @@ def grading_workers() -> int:
     least 2: a grading mostly waits on its sandboxed processes)."""
     if _pool_size is not None:
         return _pool_size
-    raw = os.environ.get(GRADING_WORKERS_ENV)
-    if raw:
-        return max(1, int(raw))
+    given = config.settings().env_grading_workers
+    if given is not None:
+        return given
     return max(2, 2 * (os.cpu_count() or 1))
 
 

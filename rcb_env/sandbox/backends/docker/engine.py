@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from rcb_env import config
 from rcb_env.errors import SandboxError
 from rcb_env.sandbox.backends.docker.images import LABEL
 from rcb_env.sandbox.base import Limits
@@ -48,7 +49,7 @@ SYSTEM_SOCKET = "/var/run/docker.sock"
 def session_socket() -> str:
     """The socket of the engine ``scripts/with-dockerd.sh start`` keeps running for a session
     (in ``$RCB_DOCKERD_RUN``, default ``/run/rcb-env-dockerd``)."""
-    return os.path.join(os.environ.get("RCB_DOCKERD_RUN", "/run/rcb-env-dockerd"), "docker.sock")
+    return str(config.settings().dockerd_run / "docker.sock")
 
 
 def client() -> Any:
