@@ -9,13 +9,13 @@ on first use), so ``rcb_env`` never imports ``rcb_agents`` and works without the
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from rcb_env.errors import ConfigError
+from rcb_env.registry import import_target
 from rcb_env.tools.actions import Action, ToolSpec
 
 if TYPE_CHECKING:
@@ -123,14 +123,17 @@ def load_agent_class(spec: str) -> type[Any]:
     Raises:
         ConfigError: the spec is malformed, the module or class does not exist.
     """
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(f"agent {spec!r}: expected a built-in name or 'package.module:ClassName'")
+    module_name, _, attr = spec.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        cls = import_target(spec)
+    except ValueError:
+        raise ConfigError(
+            f"agent {spec!r}: expected a built-in name or 'package.module:ClassName'"
+        ) from None
     except ImportError as exc:
         raise ConfigError(f"agent {spec!r}: cannot import {module_name}: {exc}") from None
-    cls = getattr(module, attr, None)
+    except AttributeError:
+        cls = None
     if not isinstance(cls, type):
         raise ConfigError(f"agent {spec!r}: {module_name} has no class {attr}")
     return cls

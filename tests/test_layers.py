@@ -281,3 +281,33 @@ def test_one_module_reads_rcb_environment_variables() -> None:
             if read is not None and names_rcb(read):
                 found.append(f"{path.relative_to(root).as_posix()}:{getattr(node, 'lineno', 0)}")
     assert found == [], found
+
+
+def test_one_module_class_resolver() -> None:
+    """``rcb_env.registry.import_target`` is the one ``module:Class`` resolver: no other
+    function of rcb_env (the guest code aside: it cannot import rcb_env) or rcb_agents splits a
+    spec and imports its module."""
+    import ast
+    from pathlib import Path
+
+    import rcb_agents
+
+    import rcb_env
+
+    found = []
+    for root in (Path(rcb_env.__file__).parent, Path(rcb_agents.__file__).parent):
+        for path in sorted(root.rglob("*.py")):
+            if "guest" in path.parts:
+                continue
+            tree = ast.parse(path.read_text())
+            for fn in ast.walk(tree):
+                if not isinstance(fn, ast.FunctionDef):
+                    continue
+                calls = {
+                    node.func.attr
+                    for node in ast.walk(fn)
+                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                }
+                if "import_module" in calls and ({"partition", "split", "rpartition"} & calls):
+                    found.append(f"{path.name}:{fn.name}")
+    assert found == ["registry.py:import_target"], found

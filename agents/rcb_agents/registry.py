@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rcb_env.agent import Agent
+from rcb_env.registry import import_target
 from rcb_env.task.models import Pset
 
 Factory = Callable[[], Agent]
@@ -86,7 +87,7 @@ def _framework(kind: str) -> Callable[[Request], Factory]:
 
         if importlib.util.find_spec(needs) is None:  # found, not imported (no side effects)
             raise ValueError(f"agent {kind} needs rcb-env[{kind}] (no module {needs!r})")
-        cls = getattr(importlib.import_module(f"rcb_agents.frameworks.{module}"), cls_name)
+        cls = import_target(f"rcb_agents.frameworks.{module}:{cls_name}")
         cfg = ModelConfig.model_validate(req.model)
         max_turns = int(req.options.get("max_turns", 100))
         cls(cfg, max_turns=max_turns)  # fail now on a bad setting, not per episode

@@ -1,7 +1,7 @@
 """The sandbox backends by name, and each one's own settings.
 
 The built-in backends are named as ``module:Class`` and imported on first use
-(:class:`rcb_env._registry.Registry`); :func:`rcb_env.sandbox.backend.register_backend` adds
+(:class:`rcb_env.registry.Registry`); :func:`rcb_env.sandbox.backend.register_backend` adds
 others. A backend's settings are its ``options_model``: :func:`check_options` validates
 ``SandboxConfig.options`` against it (when the config is made, for a backend named there; once
 ``auto`` is resolved, for the one it picked), and :func:`owners` names the backends that have a
@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from rcb_env._registry import Registry
 from rcb_env.errors import ConfigError
+from rcb_env.registry import Registry
 from rcb_env.sandbox import scratch as scratch_dirs
 
 #: The entry-point group where other distributions declare backends

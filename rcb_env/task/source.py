@@ -18,8 +18,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar, NamedTuple, TypeVar
 
-from rcb_env._registry import Registry
 from rcb_env.frozen import Frozen
+from rcb_env.registry import Registry
 from rcb_env.task.models import Paper, Pset, Snippet
 from rcb_env.task.reach import Reach
 from rcb_env.verdicts import Verdict

@@ -8,7 +8,6 @@ cache, the per-provider concurrency cap shared by all workers, and a record of e
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import sys
 import threading
@@ -26,6 +25,7 @@ from rcb_agents.models.pricing import Price, cost, load_prices
 from rcb_agents.models.retry import RetryPolicy, call_with_retries
 from rcb_agents.models.types import Completion, ModelCall, Turn, Usage
 from rcb_env.agent import MODEL_CAP_ACTOR as CLUSTER_CAP
+from rcb_env.registry import import_target
 from rcb_env.tools.actions import ToolSpec
 
 _caps: dict[tuple[str, str], threading.BoundedSemaphore] = {}
@@ -229,14 +229,12 @@ def make_model(config: ModelConfig) -> ChatModel:
             f"unknown model provider in {config.spec!r}: use "
             + " or ".join(f"{name}:<model>" for name in PROVIDERS)
         )
-    module_name, _, attr = target.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        cls: Callable[[ModelConfig], ChatModel] = import_target(target)
     except ImportError as exc:
         raise ValueError(
             f"provider {config.provider} needs its SDK ({exc.name}): pip install 'rcb-env[agents]'"
         ) from None
-    cls: Callable[[ModelConfig], ChatModel] = getattr(module, attr)
     return cls(config)
 
 

@@ -22,8 +22,8 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from rcb_env._common import parse_python
-from rcb_env._registry import Registry
 from rcb_env.frozen import Frozen
+from rcb_env.registry import Registry
 from rcb_env.validation.mutants._base import Operator
 
 __all__ = ["OPERATORS", "Generation", "Mutant", "diff", "generate"]

@@ -5,7 +5,11 @@ dependencies are missing only matters to whoever asks for it).
 A registry with an entry-point ``group`` also has what installed distributions declare there
 (``[project.entry-points."<group>"] name = "package.module:Class"``), read once when a name is
 first looked up and imported on first use like the built-in ones: so another package's class is
-selectable by name from the stock ``rcb-env`` command, with nothing registered by hand."""
+selectable by name from the stock ``rcb-env`` command, with nothing registered by hand.
+
+:func:`import_target` is the one ``module:Class`` resolver: the registries here, an outside
+agent class (``--agent package.module:Class``) and the built-in agents' own tables
+(``rcb_agents``) all import through it."""
 
 from __future__ import annotations
 
@@ -13,11 +17,31 @@ import importlib
 import threading
 from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from rcb_env.errors import ConfigError
 
 T = TypeVar("T")
+
+__all__ = ["Registry", "import_target"]
+
+
+def import_target(spec: str) -> Any:
+    """``package.module:name`` -> that object of that module.
+
+    Raises:
+        ValueError: ``spec`` is not ``module:name``.
+        ImportError: the module does not import (its dependency missing, say).
+        AttributeError: the module has no such name.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"expected 'package.module:Name', not {spec!r}")
+    module = importlib.import_module(module_name)
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise AttributeError(f"{module_name} has no {attr}") from None
 
 
 class Registry(Generic[T]):
@@ -93,10 +117,9 @@ class Registry(Generic[T]):
         installed = None if target is not None else self.installed().get(name)
         if target is None and installed is None:
             raise ConfigError(f"unknown {self.what} {name!r} (known: {', '.join(self.names())})")
-        module, _, attr = (target or installed or "").partition(":")
         try:
-            cls: type[T] = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as exc:
+            cls: type[T] = import_target(target or installed or "")
+        except (ImportError, AttributeError, ValueError) as exc:
             if installed is None:
                 raise
             raise ConfigError(
