@@ -17,7 +17,8 @@ from rcb_env.grading.models import GradeResult
 
 
 class StopReason(StrEnum):
-    """Why an episode ended (a closed set)."""
+    """Why an episode ended (a closed set: the one stop vocabulary of records, outcomes and
+    trajectories)."""
 
     SUBMIT = "submit"
     """The agent submitted: ``terminated``."""
@@ -29,6 +30,13 @@ class StopReason(StrEnum):
     """The token budget ran out: ``truncated``."""
     BUDGET_COST = "budget_cost"
     """The cost budget ran out: ``truncated``."""
+    BUDGET_MODEL_CALLS = "budget_model_calls"
+    """The policy's model calls ran out (an RL rollout's ``max_turns``): ``truncated``."""
+    BUDGET_OUTPUT_TOKENS = "budget_output_tokens"
+    """A model turn used up its output tokens without a tool call (finish reason ``length``):
+    ``truncated``."""
+    CONTEXT_LENGTH = "context_length"
+    """The conversation outgrew the model's context window: ``truncated``."""
     INFRA_ERROR = "infra_error"
     """The environment failed: ``truncated``, and the episode is not scored."""
     AGENT_STOPPED = "agent_stopped"
@@ -42,7 +50,8 @@ class StopReason(StrEnum):
 
 
 class EpisodeStatus(StrEnum):
-    """What an episode's record counts as."""
+    """What an episode's record counts as (the one status vocabulary of records, outcomes and
+    trajectories)."""
 
     COMPLETED = "completed"
     """Submitted and graded."""

@@ -11,18 +11,17 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 __all__ = ["EpisodeRecord", "InfraError", "RecordLog", "StepRecord", "read_records"]
 
-from rcb_env.episode.outcome import EpisodeOutcome, StepRecord
+from rcb_env.episode.outcome import EpisodeOutcome, EpisodeStatus, StepRecord
 from rcb_env.errors import InfraError
 from rcb_env.grading.models import GradeResult
 
 SCHEMA = "rcb-env/episode/1"
-Status = Literal["completed", "truncated", "infra_error"]
 
 
 class EpisodeRecord(BaseModel):
@@ -45,12 +44,12 @@ class EpisodeRecord(BaseModel):
     """The agent's name and settings."""
     config: dict[str, Any]
     """Environment, sandbox, grading and budget settings."""
-    status: Status
+    status: EpisodeStatus
     """completed (submitted), truncated (a budget ended it) or infra_error (excluded)."""
     reason: str
-    """submit, budget_steps, budget_wall_s, budget_tokens, budget_cost, infra_error,
-    agent_stopped
-    (:class:`~rcb_env.episode.outcome.StopReason`)."""
+    """Why it ended: a :class:`~rcb_env.episode.outcome.StopReason` value (``submit``,
+    ``budget_steps``...), or ``imported`` for a run imported from published results
+    (:mod:`rcb_env.results.imported`), which is none."""
     reward: float
     passed: bool | None
     """None when the episode could not be graded."""
@@ -84,7 +83,7 @@ class EpisodeRecord(BaseModel):
     def from_outcome(cls, outcome: EpisodeOutcome, **fields: Any) -> EpisodeRecord:
         """The record of an episode that ended with ``outcome`` (recorded as is)."""
         return cls(
-            status=outcome.status.value,
+            status=outcome.status,
             reason=outcome.reason.value,
             reward=outcome.reward,
             passed=outcome.passed,

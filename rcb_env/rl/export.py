@@ -21,9 +21,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Literal
 
+from rcb_env.episode.outcome import EpisodeStatus, StopReason
 from rcb_env.errors import ConfigError
 from rcb_env.frozen import Frozen
-from rcb_env.results.records import RecordLog, read_jsonl, read_records
+from rcb_env.results.records import EpisodeRecord, RecordLog, read_jsonl, read_records
 from rcb_env.rl.trajectory import Trajectory, TrajectoryStep
 
 TRAJECTORIES = "trajectories.jsonl"
@@ -35,8 +36,8 @@ COLUMNS: dict[str, str] = {
     "sample": "index of the sample in its group",
     "task_id": "<paper>/<snippet>",
     "paper_id": "the paper",
-    "status": "completed | truncated | infra_error",
-    "stop_reason": "submit | max_turns | max_tokens | timeout | context_length | infra_error",
+    "status": " | ".join(EpisodeStatus),
+    "stop_reason": " | ".join(StopReason),
     "reward": "float, or None when the sample could not be scored",
     "passed": "bool, or None when the sample could not be scored",
     "weight": "the snippet's line weight",
@@ -107,7 +108,7 @@ def _from_episodes(run_dir: Path) -> list[Trajectory]:
                     env_s=s.duration_s,
                 )
             )
-        scored = r.status != "infra_error"
+        scored = r.status is not EpisodeStatus.INFRA_ERROR
         out.append(
             Trajectory(
                 task_id=r.snippet_id,
@@ -119,15 +120,25 @@ def _from_episodes(run_dir: Path) -> list[Trajectory]:
                 tools=[],
                 steps=steps,
                 status=r.status,
-                stop_reason="submit"
-                if r.reason == "submit"
-                else ("infra_error" if not scored else "max_turns"),
+                stop_reason=_stop_of(r),
                 reward=r.reward if scored else None,
                 passed=r.passed if scored else None,
                 errors=[r.infra_error] if r.infra_error else [],
             )
         )
     return out
+
+
+def _stop_of(r: EpisodeRecord) -> StopReason:
+    """An evaluation record's stop reason; a record whose reason is none (a run imported from
+    published results: ``imported``) submitted if it completed."""
+    if r.status is EpisodeStatus.INFRA_ERROR:
+        return StopReason.INFRA_ERROR
+    try:
+        return StopReason(r.reason)
+    except ValueError:
+        completed = r.status is EpisodeStatus.COMPLETED
+        return StopReason.SUBMIT if completed else StopReason.AGENT_STOPPED
 
 
 def load_run(run_dir: Path) -> tuple[list[Trajectory], str]:
@@ -156,8 +167,8 @@ def _row(t: Trajectory, complete: bool) -> dict[str, Any]:
         "sample": t.sample,
         "task_id": t.task_id,
         "paper_id": t.paper_id,
-        "status": t.status,
-        "stop_reason": t.stop_reason,
+        "status": t.status.value,
+        "stop_reason": t.stop_reason.value,
         "reward": t.reward,
         "passed": t.passed,
         "weight": t.weight,

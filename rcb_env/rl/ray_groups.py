@@ -20,6 +20,7 @@ from typing import Any
 import ray
 
 from rcb_env.dispatch.ray import Node, RayDispatcher, TaskRef, watchdog_s
+from rcb_env.episode.outcome import EpisodeStatus, StopReason
 from rcb_env.errors import InfraError
 from rcb_env.rl.policy import Policy
 from rcb_env.rl.rollout import Group, RolloutConfig, openai_tools, rollout_group
@@ -87,8 +88,8 @@ def _unscored(job: RolloutGroupJob, weight: int, why: str) -> Group:
                 policy_version=job.config.policy_version,
                 messages=[],
                 tools=openai_tools(),
-                status="infra_error",
-                stop_reason="infra_error",
+                status=EpisodeStatus.INFRA_ERROR,
+                stop_reason=StopReason.INFRA_ERROR,
                 reward=None,
                 passed=None,
                 errors=[error],

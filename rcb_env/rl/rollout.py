@@ -32,15 +32,15 @@ from pydantic import Field
 from rcb_env.agent import Agent, OutOfBudget
 from rcb_env.episode.driver import BudgetConfig, Episode
 from rcb_env.episode.env import EnvConfig, RcbEnv
-from rcb_env.episode.outcome import EpisodeOutcome, StopReason
+from rcb_env.episode.outcome import EpisodeOutcome, EpisodeStatus, StopReason
 from rcb_env.errors import InfraError, InfrastructureError
 from rcb_env.frozen import Frozen
 from rcb_env.grading.grader import GradingConfig
+from rcb_env.retry import RetryPolicy
 from rcb_env.rl.policy import ContextLengthError, Policy, PolicyOutput
 from rcb_env.rl.shared import shared_factory
 from rcb_env.rl.trajectory import (
     ModelTurn,
-    RolloutStop,
     Timings,
     Trajectory,
     TrajectoryStep,
@@ -135,9 +135,10 @@ def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None
 
 class RolloutConfig(Frozen):
     max_turns: int = 30
-    """Model calls per attempt; reaching it grades the workspace as it stands (``max_turns``)."""
+    """Model calls per attempt; reaching it grades the workspace as it stands
+    (``budget_model_calls``)."""
     max_wall_s: float | None = None
-    """Seconds per attempt; reaching it grades the workspace as it stands (``timeout``)."""
+    """Seconds per attempt; reaching it grades the workspace as it stands (``budget_wall_s``)."""
     retries: int = 1
     """Fresh-sandbox attempts after an infrastructure failure (0: none)."""
     on_failure: Literal["drop", "refill"] = "drop"
@@ -181,7 +182,7 @@ class _Attempt(Frozen):
     messages: list[dict[str, Any]]
     steps: list[TrajectoryStep]
     calls: list[ModelTurn]
-    stop: RolloutStop
+    stop: StopReason
     outcome: EpisodeOutcome | None
     error: InfraError | None
     timings: Timings
@@ -224,7 +225,7 @@ class _PolicyAgent:
         self.messages: list[dict[str, Any]] = []
         self.steps: list[TrajectoryStep] = []
         self.calls: list[ModelTurn] = []
-        self.stop: RolloutStop = "max_turns"
+        self.stop = StopReason.BUDGET_MODEL_CALLS
         self.t = {"model": 0.0, "env": 0.0, "grading": 0.0}
         self._queue: list[dict[str, Any]] = []
         self._pending: tuple[dict[str, Any], str, Any, float] | None = None
@@ -244,35 +245,30 @@ class _PolicyAgent:
         while not self._queue:
             wall = self.remaining()["wall_s"]  # the driver's count, now
             if wall is not None and wall <= 0:
-                self._out("timeout", "budget_wall_s")
+                self._out(StopReason.BUDGET_WALL_S)
             if len(self.calls) >= self.cfg.max_turns:
-                self._out("max_turns", "budget_steps")
+                self._out(StopReason.BUDGET_MODEL_CALLS)
             self._turn()
         call = self._queue.pop(0)
         name, args = _action_of(call)
         self._pending = (call, name, args, time.monotonic())
         return {"tool": name, **args} if isinstance(args, dict) else args
 
-    def _out(self, stop: RolloutStop, reason: str) -> NoReturn:
+    def _out(self, stop: StopReason) -> NoReturn:
         """End the episode on one of the policy's limits: the workspace is graded as it
-        stands."""
+        stands, and the episode's stop reason is ``stop``."""
         self.stop = stop
         self._stopped_at = time.monotonic()
-        raise OutOfBudget(reason)
+        raise OutOfBudget(stop.value)
 
     def end(self, info: dict[str, Any]) -> None:
         if self._stopped_at is not None:
             self.t["grading"] += time.monotonic() - self._stopped_at
         if self._pending is not None and "outcome" in info:
             self._answered(str(info.get("observation", "")), info)
-        outcome = info.get("outcome")
-        reason = getattr(outcome, "reason", None)
-        if reason is StopReason.SUBMIT:
-            self.stop = "submit"
-        elif reason is StopReason.INFRA_ERROR:
-            self.stop = "infra_error"
-        elif reason is StopReason.BUDGET_WALL_S:
-            self.stop = "timeout"
+        reason = getattr(info.get("outcome"), "reason", None)
+        if isinstance(reason, StopReason):  # the episode's, as graded (or failed)
+            self.stop = reason
 
     def _turn(self) -> None:
         """One model call (on the event loop); its tool calls queued."""
@@ -282,7 +278,7 @@ class _PolicyAgent:
                 self.policy(self.messages, self.tools), self.loop
             ).result()
         except ContextLengthError:
-            self._out("context_length", "budget_steps")
+            self._out(StopReason.CONTEXT_LENGTH)
         latency = time.monotonic() - t0
         self.t["model"] += latency
         self.calls.append(
@@ -304,7 +300,7 @@ class _PolicyAgent:
         tool_calls = list(out.message.get("tool_calls") or [])
         if not tool_calls:
             if out.finish_reason == "length":
-                self._out("max_tokens", "budget_steps")
+                self._out(StopReason.BUDGET_OUTPUT_TOKENS)
             self.messages.append({"role": "user", "content": NUDGE})
         self._queue = tool_calls
 
@@ -343,7 +339,7 @@ async def _attempt(
     outcome = await env.run(agent)
     error = outcome.infra_error
     if error is not None:
-        agent.stop = "infra_error"
+        agent.stop = StopReason.INFRA_ERROR
     total = time.monotonic() - start
     timings = Timings(
         setup_s=round(env.episode.setup_s, 4),
@@ -390,9 +386,9 @@ async def rollout(
     fac = factory or (shared_factory(sandbox) if env_maker is None else None)
     errors: list[InfraError] = []
     group = group_id or f"{snippet.slug[:32]}-{secrets.token_hex(4)}"
-    attempt: _Attempt | None = None
-    for n in range(cfg.retries + 1):
-        episode_id = f"{group}-s{sample}-a{n}"
+
+    async def attempt_once(n: int) -> _Attempt:
+        episode_id = f"{group}-s{sample}-a{n - 1}"
         if env_maker is not None:
             env = await env_maker(episode_id)
         else:
@@ -402,16 +398,22 @@ async def rollout(
             attempt = await _attempt(env, policy, cfg, tools)
         finally:
             await env.close()
-        if attempt.error is None:
-            break
-        errors.append(attempt.error)
-    assert attempt is not None
+        if attempt.error is not None:
+            errors.append(attempt.error)
+        return attempt
+
+    attempt = await RetryPolicy(attempts=1 + max(0, cfg.retries)).acall(
+        attempt_once, again=lambda a: None if a.error is None else a.error.message
+    )
     outcome = attempt.outcome
     scored = attempt.error is None and outcome is not None
     tokens, flat = token_views(attempt.calls)
-    status: Literal["completed", "truncated", "infra_error"] = (
-        "infra_error" if not scored else ("completed" if attempt.stop == "submit" else "truncated")
-    )
+    if not scored:
+        status = EpisodeStatus.INFRA_ERROR
+    elif attempt.stop is StopReason.SUBMIT:
+        status = EpisodeStatus.COMPLETED
+    else:
+        status = EpisodeStatus.TRUNCATED
     return Trajectory(
         task_id=snippet.id,
         paper_id=paper.id,
@@ -533,23 +535,36 @@ async def rollout_group(
                     raise r
             trajectories = [r for r in results if isinstance(r, Trajectory)]
             if cfg.on_failure == "refill":
+                # A new sample in place of an unscored one, while the group's refills last.
                 drawn = k
+                draws: list[Trajectory] = []
+
+                async def draw(_n: int) -> Trajectory:
+                    nonlocal drawn
+                    t = await rollout(
+                        paper,
+                        snippet,
+                        policy,
+                        config=cfg,
+                        factory=fac,
+                        group_id=group,
+                        sample=drawn,
+                        executor=pool,
+                    )
+                    drawn += 1
+                    draws.append(t)
+                    return t
+
                 for i, first in enumerate(trajectories):
-                    t = first
-                    while not t.scored and drawn < k + cfg.refills:
-                        replaced.append(t)
-                        t = await rollout(
-                            paper,
-                            snippet,
-                            policy,
-                            config=cfg,
-                            factory=fac,
-                            group_id=group,
-                            sample=drawn,
-                            executor=pool,
-                        )
-                        drawn += 1
-                    trajectories[i] = t
+                    left = k + cfg.refills - drawn
+                    if first.scored or left <= 0:
+                        continue
+                    replaced.append(first)
+                    trajectories[i] = await RetryPolicy(attempts=left).acall(
+                        draw,
+                        again=lambda t: None if t.scored else "unscored",
+                        on_retry=lambda _n, _why: replaced.append(draws[-1]),
+                    )
         else:
             shared = RcbEnv(paper, snippet, cfg.env, grading_config=cfg.grading, factory=fac)
             expected = await asyncio.to_thread(tree_digest, fac.template(paper, snippet))

@@ -17,18 +17,23 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from rcb_env.episode.outcome import EpisodeStatus, StopReason
 from rcb_env.errors import InfraError
 from rcb_env.frozen import Frozen
 
-SCHEMA = "rcb-env/trajectory/1"
+SCHEMA = "rcb-env/trajectory/2"
+"""Version 2: ``stop_reason`` is a :class:`~rcb_env.episode.outcome.StopReason`. A version 1
+trajectory (``max_turns``, ``max_tokens``, ``timeout``) is read as version 2."""
+OLD_SCHEMA = "rcb-env/trajectory/1"
 
-#: Why a rollout ended (a closed set).
-RolloutStop = Literal[
-    "submit", "max_turns", "max_tokens", "timeout", "context_length", "infra_error"
-]
-RolloutStatus = Literal["completed", "truncated", "infra_error"]
+#: Version 1's stop reasons that version 2 names as the episode's other stop reasons do.
+OLD_STOPS: dict[str, StopReason] = {
+    "max_turns": StopReason.BUDGET_MODEL_CALLS,
+    "max_tokens": StopReason.BUDGET_OUTPUT_TOKENS,
+    "timeout": StopReason.BUDGET_WALL_S,
+}
 TokenCoverage = Literal["full", "partial", "none"]
 
 
@@ -107,8 +112,11 @@ class Trajectory(Frozen):
     """The tool schemas as sent."""
     steps: list[TrajectoryStep] = Field(default_factory=list)
     calls: list[ModelTurn] = Field(default_factory=list)
-    status: RolloutStatus
-    stop_reason: RolloutStop
+    status: EpisodeStatus
+    """completed (submitted), truncated (a limit ended it) or infra_error (no reward)."""
+    stop_reason: StopReason
+    """Why it ended: ``submit``, ``budget_model_calls``, ``budget_output_tokens``,
+    ``budget_wall_s``, ``context_length`` or ``infra_error``."""
     reward: float | None
     """None when the sample failed for infrastructure reasons on every attempt (not 0)."""
     passed: bool | None
@@ -126,6 +134,19 @@ class Trajectory(Frozen):
     """Whether every model call came with token ids and logprobs."""
     flat: FlatTokens | None = None
     """Set only when every turn's prompt extends the previous prompt plus completion."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_version_1(cls, data: Any) -> Any:
+        """A version 1 trajectory as version 2 (a resumed run reads its old trajectories)."""
+        if not isinstance(data, dict):
+            return data
+        stop = data.get("stop_reason")
+        if isinstance(stop, str) and stop in OLD_STOPS:
+            data = {**data, "stop_reason": OLD_STOPS[stop]}
+        if data.get("schema_version") == OLD_SCHEMA:
+            data = {**data, "schema_version": SCHEMA}
+        return data
 
     @property
     def scored(self) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rcb_env.agent import AgentFactory
-from rcb_env.episode.outcome import EpisodeOutcome
+from rcb_env.episode.outcome import EpisodeOutcome, EpisodeStatus
 from rcb_env.errors import ConfigError, InfraError
 from rcb_env.grading.prewarm import Prewarmer
 from rcb_env.logs import get_logger
@@ -26,6 +26,7 @@ from rcb_env.results.records import (
     write_json_atomic,
 )
 from rcb_env.results.summary import Summary, Totals, Unavailable, summarize_run
+from rcb_env.retry import RetryPolicy
 from rcb_env.runner.episode import (
     EvalConfig,
     make_agent_factory,
@@ -251,7 +252,7 @@ def _pending(pset: Pset, cfg: EvalConfig, records_path: Path) -> list[Item]:
     done = {
         key
         for key, r in final_records(read_records(records_path)).items()
-        if r.status != "infra_error"
+        if r.status is not EpisodeStatus.INFRA_ERROR
     }
     return [
         (p, s, k)
@@ -301,7 +302,7 @@ class _Episodes:
 
     def keep(self, record: EpisodeRecord, item: Item) -> None:
         self.writer.append(record)
-        if record.status == "infra_error":
+        if record.status is EpisodeStatus.INFRA_ERROR:
             self.failed.append(item)
         if self.on_episode is not None:
             self.on_episode(record)
@@ -344,21 +345,33 @@ def _run_rounds(
 ) -> None:
     """``todo``, then up to ``infra_retries`` rounds of what failed for infrastructure reasons,
     ``retry_delay_s`` x round apart."""
-    episodes.run(todo)
-    planned = len(todo)
-    for round_ in range(1, infra_retries + 1):
-        if not episodes.failed:
-            break
-        again = list(episodes.failed)
+    batch, planned = list(todo), len(todo)
+
+    def run_round(_round: int) -> list[Item]:
+        """One round; what failed in it for infrastructure reasons (the next round's)."""
+        nonlocal batch
+        episodes.run(batch)
+        batch = list(episodes.failed)
         episodes.failed.clear()
-        planned += len(again)
+        return batch
+
+    def next_round(round_: int, _why: str) -> None:
+        nonlocal planned
+        planned += len(batch)
         if on_plan is not None:
             on_plan(planned)
         log.warning(
-            "retrying infrastructure failures", run_id=run_id, round=round_, episodes=len(again)
+            "retrying infrastructure failures", run_id=run_id, round=round_, episodes=len(batch)
         )
-        time.sleep(retry_delay_s * round_)
-        episodes.run(again)
+
+    rounds = RetryPolicy(
+        attempts=1 + max(0, infra_retries), delay_s=retry_delay_s, backoff="linear"
+    )
+    rounds.call(
+        run_round,
+        again=lambda failed: f"{len(failed)} infrastructure failures" if failed else None,
+        on_retry=next_round,
+    )
 
 
 def _run_on_ray(

@@ -16,11 +16,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt, wait_none
-
 from rcb_env.errors import SandboxError
 from rcb_env.execution import ExecResult
 from rcb_env.logs import get_logger
+from rcb_env.retry import RetryPolicy
 from rcb_env.sandbox.base import Executor, GradingRun
 
 __all__ = ["WarmUnavailable", "attempt", "execute", "prewarm"]
@@ -41,20 +40,13 @@ def execute(
     each earlier attempt was discarded (``attempt N: <why>``)."""
     discarded: list[str] = []
 
-    def note(state: RetryCallState) -> None:
-        assert state.outcome is not None
-        why = run.again(state.outcome.result())
-        discarded.append(f"attempt {state.attempt_number}: {why}")
+    def note(n: int, why: str) -> None:
+        discarded.append(f"attempt {n}: {why}")
         log.warning("grading run killed from outside; running it again", run=run.name, detail=why)
 
-    retrying = Retrying(
-        stop=stop_after_attempt(retries + 1),
-        retry=retry_if_result(lambda result: run.again(result) is not None),
-        wait=wait_none(),
-        before_sleep=note,
-        retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
+    result = RetryPolicy(attempts=1 + max(0, retries)).call(
+        lambda _n: _once(executor, run, scratch), again=run.again, on_retry=note
     )
-    result: R = retrying(_once, executor, run, scratch)
     return result, tuple(discarded)
 
 

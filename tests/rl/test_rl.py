@@ -15,6 +15,7 @@ from rcb_agents.policy import OpenAIPolicy
 from rcb_agents.testing import Reply, ScriptedModelServer
 
 from rcb_env import config
+from rcb_env.episode.outcome import StopReason
 from rcb_env.errors import SandboxError
 from rcb_env.grading import GradingConfig
 from rcb_env.rl import PolicyOutput, RolloutConfig, rollout, rollout_group, shared
@@ -146,9 +147,14 @@ class ScriptedPolicy:
     def __init__(self, script: Any) -> None:
         self.script = script
         self.conversations: dict[int, tuple[int, int]] = {}
+        # Conversations are told apart by identity: kept alive, so that a new one never gets
+        # the id of one that ended.
+        self.seen: list[list[dict[str, Any]]] = []
 
     async def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
         key = id(messages)
+        if key not in self.conversations:
+            self.seen.append(messages)
         n, turn = self.conversations.get(key, (len(self.conversations), 0))
         self.conversations[key] = (n, turn + 1)
         name, args = self.script(n, turn)
@@ -331,6 +337,32 @@ def test_a_killed_sandbox_in_one_of_8_samples(
         assert sum(a is not None for a in partial) == 7
 
 
+def test_refills_replace_a_refill_that_fails_too_and_share_the_groups_budget(
+    task: tuple[Paper, Snippet], fake_backend: Any
+) -> None:
+    """Both samples die, and so does the first refill: the second refill scores in the first
+    member's place, and the second member, the group's 2 refills spent, stays unscored."""
+    paper, snippet = task
+    killed: list[str] = []
+
+    def kill_three(command: str) -> BaseException | None:
+        if "rcb-kill-me" in command and len(killed) < 3:
+            killed.append(command)
+            return SandboxError("the sandbox died (injected)")
+        return None
+
+    fake_backend.inject = kill_three
+    cfg = CFG.model_copy(update={"retries": 0, "on_failure": "refill", "refills": 2})
+    g = asyncio.run(
+        rollout_group(paper, snippet, ScriptedPolicy(_kill_then_solve(snippet)), 2, config=cfg,
+                      sandbox=SandboxConfig(backend="fake", python=config.task_python()))
+    )  # fmt: skip
+    assert len(killed) == 3
+    assert [t.sample for t in g.replaced] == [0, 2]  # the first member's, then its first refill
+    assert [(t.sample, t.scored) for t in g.trajectories] == [(3, True), (1, False)]
+    assert g.dropped
+
+
 def test_export_jsonl_hf_and_sft_drop_incomplete_groups_and_say_so(
     task: tuple[Paper, Snippet], fake_backend: Any, tmp_path: Path
 ) -> None:
@@ -477,10 +509,14 @@ class _Stops:
 
 @pytest.mark.parametrize(
     ("how", "stop"),
-    [("length", "max_tokens"), ("context", "context_length"), ("talk", "max_turns")],
+    [
+        ("length", StopReason.BUDGET_OUTPUT_TOKENS),
+        ("context", StopReason.CONTEXT_LENGTH),
+        ("talk", StopReason.BUDGET_MODEL_CALLS),
+    ],
 )
 def test_stop_reasons_are_a_closed_set_and_the_workspace_is_graded(
-    task: tuple[Paper, Snippet], fake_backend: Any, how: str, stop: str
+    task: tuple[Paper, Snippet], fake_backend: Any, how: str, stop: StopReason
 ) -> None:
     paper, snippet = task
     cfg = CFG.model_copy(update={"max_turns": 3})
