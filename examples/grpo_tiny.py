@@ -39,11 +39,17 @@ def tiny_model() -> tuple[Any, Any]:
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
     from trl.chat_template_utils import qwen2_5_chat_template
 
-    from rcb_env.rl.rollout import SYSTEM, openai_tools
+    from rcb_env.agent import tools_system_prompt
+    from rcb_env.rl.rollout import openai_tools
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
     # what every prompt holds (the system text, the tools' schemas): few tokens per prompt
-    corpus = [PRETEXT, SYSTEM, json.dumps(openai_tools()), json.dumps(openai_tools(), indent=4)]
+    corpus = [
+        PRETEXT,
+        tools_system_prompt(),
+        json.dumps(openai_tools()),
+        json.dumps(openai_tools(), indent=4),
+    ]
     raw = Tokenizer(models.BPE())
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     raw.decoder = decoders.ByteLevel()

@@ -17,14 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from rcb_agents.models import ChatModel, ModelCall, ToolCall, Turn
+from rcb_env.agent import NUDGE, tools_system_prompt
 from rcb_env.tools.actions import Action, ReadFile, Submit, ToolSpec
 
-TOOLS_SYSTEM = (
-    "You are a careful research engineer working in a sandboxed copy of a paper's repository. "
-    "One block of code has been removed and replaced by a TODO comment. Use the tools to read "
-    "the paper and the code, implement the block, run the tests if useful, and call submit when "
-    "you are done. Work only through tool calls."
-)
 SINGLE_SHOT_SYSTEM = (
     "You are a careful research engineer. You will get a paper, some files of its repository, "
     "and one file in which a block of code has been replaced by a TODO comment. Write the code "
@@ -75,6 +70,7 @@ class ToolsAgent(_LLMAgent):
 
     def start(self, observation: str, info: dict[str, Any], tools: Sequence[ToolSpec]) -> None:
         self.tools = list(tools)
+        self.system = tools_system_prompt(info.get("task"))
         self.transcript: list[Turn] = [Turn(role="user", text=observation)]
         self.pending: list[ToolCall] = []
         self.answering: ToolCall | None = None
@@ -89,7 +85,7 @@ class ToolsAgent(_LLMAgent):
             self.answering = None
         nudges = 0
         while not self.pending:
-            completion = self._complete(TOOLS_SYSTEM, self.transcript, self.tools)
+            completion = self._complete(self.system, self.transcript, self.tools)
             self.transcript.append(
                 Turn(role="assistant", text=completion.text, tool_calls=completion.tool_calls)
             )
@@ -98,9 +94,7 @@ class ToolsAgent(_LLMAgent):
                 nudges += 1
                 if nudges > self.max_nudges:
                     return Submit()
-                self.transcript.append(
-                    Turn(role="user", text="Continue by calling a tool; call submit when done.")
-                )
+                self.transcript.append(Turn(role="user", text=NUDGE))
         call = self.pending.pop(0)
         self.answering = call
         # The environment validates: malformed arguments come back as an error observation

@@ -279,16 +279,25 @@ def environment_factory(
 
 def dataset_rows(pset: str | None = None, *, system: str | None = None) -> list[dict[str, Any]]:
     """One training row per snippet: a conversational ``prompt`` and the ``task_id`` that
-    ``reset`` starts (the task statement is appended to the prompt by TRL)."""
-    from rcb_env.rl.rollout import SYSTEM
+    ``reset`` starts (the task statement is appended to the prompt by TRL). The system prompt
+    is the tool-calling agents' own, from the snippet's statement
+    (:func:`rcb_env.agent.tools_system_prompt`), unless ``system`` is given."""
+    from rcb_env.agent import tools_system_prompt
+    from rcb_env.task.source import source_for
 
-    return [
-        {
-            "prompt": [
-                {"role": "system", "content": system or SYSTEM},
-                {"role": "user", "content": f"Task {s.id}:\n"},
-            ],
-            "task_id": s.id,
-        }
-        for s in load_tasks(pset).snippets
-    ]
+    tasks = load_tasks(pset)
+    rows = []
+    for paper in tasks.papers:
+        source = source_for(paper)
+        for s in paper.snippets:
+            statement = source.statement(paper, s).model_dump(mode="json")
+            rows.append(
+                {
+                    "prompt": [
+                        {"role": "system", "content": system or tools_system_prompt(statement)},
+                        {"role": "user", "content": f"Task {s.id}:\n"},
+                    ],
+                    "task_id": s.id,
+                }
+            )
+    return rows

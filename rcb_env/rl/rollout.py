@@ -29,7 +29,7 @@ from typing import Any, Literal, NoReturn, TypeVar
 
 from pydantic import Field
 
-from rcb_env.agent import Agent, OutOfBudget
+from rcb_env.agent import NUDGE, Agent, OutOfBudget, tools_system_prompt
 from rcb_env.episode.driver import BudgetConfig, Episode
 from rcb_env.episode.env import EnvConfig, RcbEnv
 from rcb_env.episode.outcome import EpisodeOutcome, EpisodeStatus, StopReason
@@ -51,14 +51,6 @@ from rcb_env.task.models import Paper, Snippet
 from rcb_env.tools.actions import ToolSpec, tool_specs
 
 T = TypeVar("T")
-
-SYSTEM = (
-    "You are a careful research engineer working in a sandboxed copy of a paper's repository. "
-    "Code has been removed from one place and must be written back. Use the tools to read the "
-    "paper and the code, implement it, run the tests if useful, and call submit when you are "
-    "done. Work only through tool calls."
-)
-NUDGE = "Continue with a tool call; call submit when you are done."
 
 
 def openai_tools() -> list[dict[str, Any]]:
@@ -236,7 +228,7 @@ class _PolicyAgent:
 
     def start(self, observation: str, info: dict[str, Any], tools: Sequence[ToolSpec]) -> None:
         self.messages += [
-            {"role": "system", "content": SYSTEM},
+            {"role": "system", "content": tools_system_prompt(info.get("task"))},
             {"role": "user", "content": observation},
         ]
 
@@ -611,7 +603,6 @@ async def rollout_group(
 
 
 __all__ = [
-    "SYSTEM",
     "AsyncRcbEnv",
     "Group",
     "InfrastructureError",

@@ -14,12 +14,14 @@ from rcb_agents.models import ModelConfig, RetryPolicy
 from rcb_agents.testing import Fault, Reply, ScriptedModelServer
 
 from rcb_env import config
+from rcb_env.agent import tools_system_prompt
 from rcb_env.cli import cli
 from rcb_env.grading import GradingConfig
 from rcb_env.results import read_records, summarize
 from rcb_env.runner import BudgetConfig, EvalConfig, run_eval
 from rcb_env.sandbox import SandboxConfig
 from rcb_env.task import Pset, load
+from rcb_env.task.source import TaskStatement
 from tests.conftest import math_files, write_paper, write_pset
 
 PROVIDERS = ["openai:gpt-4.1", "anthropic:claude-sonnet-4-5"]
@@ -105,6 +107,13 @@ def test_tools_agent_reads_tests_edits_submits_and_scores_full_weight(
             "read_paper",
             "submit",
         ]
+        # the system prompt is the one every tool-calling agent gets, from the task statement
+        intro = TaskStatement.model_fields["placeholder_intro"].default
+        want = tools_system_prompt({"file": "stats.py", "placeholder_intro": intro})
+        sent = body["system"] if "system" in body else body["messages"][0]["content"]
+        if isinstance(sent, list):  # Anthropic's content blocks
+            sent = "".join(block["text"] for block in sent)
+        assert sent == want
         # the observation of each step went back to the model as the answer to its call
         last = json.dumps(server.requests[-1][1])
         assert "replaced 1 occurrence" in last

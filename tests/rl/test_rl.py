@@ -15,6 +15,7 @@ from rcb_agents.policy import OpenAIPolicy
 from rcb_agents.testing import Reply, ScriptedModelServer
 
 from rcb_env import config
+from rcb_env.agent import tools_system_prompt
 from rcb_env.episode.outcome import StopReason
 from rcb_env.errors import SandboxError
 from rcb_env.grading import GradingConfig
@@ -23,6 +24,7 @@ from rcb_env.rl.trajectory import ModelTurn, token_views
 from rcb_env.sandbox import SandboxConfig, register_backend
 from rcb_env.task import bundled_root, load
 from rcb_env.task.models import Paper, Snippet
+from rcb_env.task.source import source_for
 from rcb_env.testing import FakeBackend
 
 WRONG = "        pass\n"
@@ -96,6 +98,10 @@ def test_token_fidelity_and_the_flat_view_when_turns_extend_each_other(
     assert t.flat.ids == (last.prompt_ids or ()) + (last.completion_ids or ())
     # the messages as sent, ending with the tool result of the submit
     assert [m["role"] for m in t.messages][:3] == ["system", "user", "assistant"]
+    # the tools agent's system prompt, from the snippet's statement (one text for both loops)
+    statement = source_for(paper).statement(paper, snippet).model_dump(mode="json")
+    assert t.messages[0]["content"] == tools_system_prompt(statement)
+    assert f"removed from {snippet.file}" in t.messages[0]["content"]
     assert t.messages[-1]["role"] == "tool"
     assert "tests passed" in t.messages[-1]["content"]
     assert json.loads(t.model_dump_json()) == t.model_dump(mode="json")
