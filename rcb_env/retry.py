@@ -7,7 +7,8 @@ asks for another try: a result (``again`` gives the reason) or one of the policy
 ``retry_on`` exceptions. Anything else propagates at once. Tests make every wait 0 s with
 :func:`zero_waits` (no patching, no sleeping).
 
-(The model clients' retries, with ``Retry-After``, are ``rcb_agents.models.retry``'s.)
+The model clients' retries (``rcb_agents.models.retry``: rate limits, overload, with
+``Retry-After`` as :attr:`RetryPolicy.wait_hint`) run on it too.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ class RetryPolicy:
     """The longest single wait (None: no cap)."""
     retry_on: tuple[type[BaseException], ...] = ()
     """Exceptions that are tried again (the last one is raised when the tries run out)."""
+    wait_hint: Callable[[BaseException], float | None] | None = None
+    """A failure's own word on how long to wait (an HTTP ``Retry-After``), used in place of
+    the back-off when it gives one (still capped by :attr:`max_delay_s`)."""
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
@@ -114,6 +118,15 @@ class RetryPolicy:
         result: T = await AsyncRetrying(**self._settings(again, on_retry))(once)
         return result
 
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        hinted = None if exc is None or self.wait_hint is None else self.wait_hint(exc)
+        if hinted is None:
+            return self.wait_s(state.attempt_number)
+        if self.max_delay_s is not None:
+            hinted = min(hinted, self.max_delay_s)
+        return hinted * _wait_scale
+
     def _settings(
         self,
         again: Callable[[Any], str | None] | None,
@@ -133,7 +146,7 @@ class RetryPolicy:
 
         return {
             "stop": stop_after_attempt(self.attempts),
-            "wait": lambda state: self.wait_s(state.attempt_number),
+            "wait": self._wait,
             "retry": lambda state: why(state) is not None,
             "before_sleep": before_sleep,
             # Out of tries: the last result as it is, or the last exception raised again.

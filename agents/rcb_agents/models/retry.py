@@ -1,4 +1,5 @@
-"""The one retry policy for model calls (tenacity): rate limits, overload, 5xx and timeouts are
+"""The retry policy of model calls (its settings; the retries run on rcb-env's one retry
+module, :mod:`rcb_env.retry`): rate limits, overload, 5xx and timeouts are
 retried with exponential back-off, honouring ``Retry-After``; everything else is not."""
 
 from __future__ import annotations
@@ -8,9 +9,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
 from rcb_agents.models.errors import ProviderError, RetryableError
+from rcb_env.retry import RetryPolicy as Retries
 
 T = TypeVar("T")
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
@@ -29,37 +30,40 @@ class RetryPolicy(BaseModel):
     """Multiplies every wait (tests set 0)."""
 
 
-def _wait(policy: RetryPolicy) -> Callable[[RetryCallState], float]:
-    def wait(state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, RetryableError) and exc.retry_after is not None:
-            base = exc.retry_after
-        else:
-            base = policy.initial_s * 2 ** (state.attempt_number - 1)
-        return min(base, policy.max_wait_s) * policy.scale
-
-    return wait
-
-
 def call_with_retries(fn: Callable[[], T], policy: RetryPolicy) -> tuple[T, int]:
-    """Run ``fn``; return its value and how many retries it took.
+    """Run ``fn`` under rcb-env's one retry policy (:class:`rcb_env.retry.RetryPolicy`:
+    exponential back-off, a ``Retry-After`` in place of it); return its value and how many
+    retries it took.
 
     Raises:
         ProviderError: not retryable, or still failing after ``policy.attempts`` tries.
     """
-    retrying = Retrying(
-        stop=stop_after_attempt(policy.attempts),
-        wait=_wait(policy),
-        retry=retry_if_exception_type(RetryableError),
-        reraise=True,
+    tries = 0
+
+    def once(n: int) -> T:
+        nonlocal tries
+        tries = n
+        return fn()
+
+    def hint(exc: BaseException) -> float | None:
+        after = exc.retry_after if isinstance(exc, RetryableError) else None
+        return None if after is None else after * policy.scale
+
+    retrying = Retries(
+        attempts=policy.attempts,
+        delay_s=policy.initial_s * policy.scale,
+        backoff="exponential",
+        max_delay_s=policy.max_wait_s * policy.scale,
+        retry_on=(RetryableError,),
+        wait_hint=hint,
     )
     try:
-        value = retrying(fn)
+        value = retrying.call(once)
     except RetryableError as exc:
         raise ProviderError(
             f"gave up after {policy.attempts} attempts: {exc}", status=exc.status, retryable=True
         ) from exc
-    return value, int(retrying.statistics.get("attempt_number", 1)) - 1
+    return value, tries - 1
 
 
 def classify_status(status: int, message: str, retry_after: str | None) -> ProviderError:
