@@ -3,19 +3,34 @@ exit codes."""
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from rcb_env import logs
-from rcb_env.sandbox import BackendName, SandboxConfig, backend_names, sandbox_config
+from rcb_env.errors import ConfigError
+from rcb_env.runner.spec import sandbox_settings
+from rcb_env.sandbox import BackendName, SandboxConfig, backend_names
 from rcb_env.task import loader
 from rcb_env.task.models import Pset
 from rcb_env.task.selection import combine, select_snippets
+from rcb_env.validation.dispatcher import Dispatcher, dispatcher_for
+from rcb_env.validation.progress import Bar
 
 #: Exit codes of every command (documented in docs/cli.md).
 EXIT_OK = 0
@@ -49,7 +64,7 @@ for _console in (out, err):
         _console.width = 140
 
 
-def _load(
+def load_selection(
     pset: str | tuple[str, ...] | None, papers: tuple[str, ...], snippets: tuple[str, ...] = ()
 ) -> Pset:
     """The ``--pset`` value(s) loaded (several: one combined selection, each benchmark kept as a
@@ -83,13 +98,42 @@ def _load(
         raise click.UsageError(str(exc.args[0])) from None
 
 
-def _shown(path: Path | str) -> str:
+@dataclass(frozen=True)
+class Selection:
+    """The ``--pset``, ``--paper`` and ``--snippet`` values of a command
+    (:func:`selection_options`), loaded when the command asks."""
+
+    psets: tuple[str, ...] = ()
+    papers: tuple[str, ...] = ()
+    snippets: tuple[str, ...] = ()
+
+    def load(self) -> Pset:
+        """The selection loaded (:func:`load_selection`)."""
+        return load_selection(self.psets, self.papers, self.snippets)
+
+
+def shown(path: Path | str) -> str:
     """A path as the user would type it: relative to the working folder when inside it."""
     path = Path(path)
     try:
         return str(path.relative_to(Path.cwd()))
     except ValueError:
         return str(path)
+
+
+def sandbox_or_usage(
+    backend: str,
+    options: tuple[str, ...] = (),
+    grading: str = "warm",
+    shorthands: dict[str, Any] | None = None,
+) -> SandboxConfig:
+    """The sandbox flags as a config (:func:`rcb_env.runner.spec.sandbox_settings`, the one
+    mapping); what the backend refuses is a usage error (exit 2) naming the backend and the
+    option."""
+    try:
+        return sandbox_settings(backend, options, grading=grading, shorthands=shorthands)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _sandbox_config(
@@ -99,23 +143,17 @@ def _sandbox_config(
     cgroup_limits: str | None = None,
     grading: str = "warm",
 ) -> SandboxConfig:
-    """The --sandbox/--base/--pool/--cgroup-limits/--grading options as a config: the
-    backend-specific ones, when given, become the backend's options (a backend without such a
-    setting refuses it by name).
+    """Deprecated: :func:`rcb_env.runner.spec.sandbox_settings` (kept while
+    tests/sandbox/test_backend_options.py imports it).
 
     Raises:
         ConfigError: an option the chosen backend does not have.
     """
-    return sandbox_config(
-        backend,
-        warm_grading=grading == "warm",
-        docker_base=base,
-        pool_size=pool or None,
-        cgroup_limits=cgroup_limits,
-    )
+    shorthands = {"base": base, "pool": pool, "cgroup_limits": cgroup_limits}
+    return sandbox_settings(backend, grading=grading, shorthands=shorthands)
 
 
-def _progress(label: str) -> Progress:
+def progress_bar(label: str) -> Progress:
     """A transient progress bar on stderr: label, bar, n/total, elapsed, current item."""
     return Progress(
         TextColumn(label),
@@ -128,7 +166,26 @@ def _progress(label: str) -> Progress:
     )
 
 
-def _print_failures(p: Pset) -> None:
+class _RichBar:
+    def __init__(self, progress: Progress, task: TaskID) -> None:
+        self.progress = progress
+        self.task = task
+
+    def advance(self, description: str) -> None:
+        self.progress.update(self.task, advance=1, description=description)
+
+    def planned(self, total: int) -> None:
+        self.progress.update(self.task, total=total)
+
+
+@contextmanager
+def meter(label: str, total: int | None = None) -> Iterator[Bar]:
+    """A :data:`~rcb_env.validation.progress.Meter` drawn by :func:`progress_bar`."""
+    with progress_bar(label) as progress:
+        yield _RichBar(progress, progress.add_task("", total=total))
+
+
+def print_failures(p: Pset) -> None:
     for f in p.failures:
         err.print(
             f"[red]load error[/red] paper {f.paper}: {f.message}", highlight=False, soft_wrap=True
@@ -143,12 +200,21 @@ pset_option = click.option(
     "Repeatable: several benchmarks as one selection, each with its own denominators. "
     "Default: the bundled tasks.",
 )
-ray_option = click.option(
+
+
+def _dispatcher(ctx: click.Context, param: click.Parameter, value: str | None) -> Dispatcher:
+    del ctx, param
+    return dispatcher_for(value)
+
+
+dispatcher_option = click.option(
     "--ray",
-    "ray_address",
+    "dispatcher",
+    callback=_dispatcher,
     help="On Ray: 'local' (a Ray instance here) or a cluster's address whose nodes declare the "
     "rcb_sandbox resource. Needs rcb-env[ray].",
 )
+"""``--ray``, given to the command as the dispatcher it chooses (this machine without it)."""
 paper_option = click.option(
     "--paper", "papers", multiple=True, help="Only this paper (repeatable)."
 )
@@ -168,14 +234,31 @@ sandbox_option = click.option(
     help="auto = bwrap when it really runs here; docker needs `rcb-env images build`; "
     "local has NO isolation.",
 )
-base_option = click.option("--base", help="docker: base image the paper images were built from.")
-
-
+backend_option = click.option(
+    "--sandbox-option",
+    "sandbox_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="One of the backend's own settings (repeatable; docs/sandboxes.md#backend-options): "
+    'pool_size=2, cgroup_parent=my-group; a list or mapping as JSON (read_only=["/srv/x"]). '
+    "--base, --pool and --cgroup-limits are shorthands for three of them.",
+)
+base_option = click.option(
+    "--base",
+    help="docker: base image the paper images were built from (--sandbox-option docker_base=).",
+)
+pool_option = click.option(
+    "--pool",
+    default=0,
+    show_default=True,
+    help="docker: warm containers per image (--sandbox-option pool_size=).",
+)
 cgroup_option = click.option(
     "--cgroup-limits",
     type=click.Choice(["required", "best-effort", "off"]),
     help="bwrap: refuse to run without memory and pids limits (required, the default), set "
-    "what the host allows (best-effort), or rely on rlimits alone (off).",
+    "what the host allows (best-effort), or rely on rlimits alone (off) "
+    "(--sandbox-option cgroup_limits=).",
 )
 
 
@@ -188,6 +271,61 @@ grading_option = click.option(
     "third-party modules, in namespaces of its own (papers whose imports start threads grade "
     "cold); cold: a fresh interpreter per grading.",
 )
+
+
+def sandbox_options(
+    *, base: bool = False, pool: bool = False, grading: bool = False, config: bool = True
+) -> Callable[[Any], Any]:
+    """--sandbox, --sandbox-option, --cgroup-limits and the other shorthands this command
+    takes (--base, --grading, --pool). With ``config`` the command gets them as one
+    ``sandbox``, a :class:`SandboxConfig` (what the backend refuses: a usage error); without,
+    each by its name (``eval`` maps them in its run spec)."""
+    chosen = [sandbox_option, backend_option]
+    chosen += [base_option] if base else []
+    chosen += [cgroup_option]
+    chosen += [grading_option] if grading else []
+    chosen += [pool_option] if pool else []
+
+    def decorate(f: Any) -> Any:
+        command = f
+        if config:
+
+            @functools.wraps(f)
+            def command(**flags: Any) -> Any:
+                shorthands = {k: flags.pop(k, None) for k in ("base", "pool", "cgroup_limits")}
+                flags["sandbox"] = sandbox_or_usage(
+                    flags.pop("sandbox"),
+                    flags.pop("sandbox_options"),
+                    flags.pop("grading", "warm"),
+                    shorthands,
+                )
+                return f(**flags)
+
+        for option in reversed(chosen):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def selection_options(*, snippets: bool = False) -> Callable[[Any], Any]:
+    """--pset and --paper (and --snippet): the command gets them as one ``selection``
+    (:class:`Selection`)."""
+    chosen = [pset_option, paper_option] + ([snippet_option] if snippets else [])
+
+    def decorate(f: Any) -> Any:
+        @functools.wraps(f)
+        def command(**flags: Any) -> Any:
+            flags["selection"] = Selection(
+                flags.pop("pset"), flags.pop("papers"), flags.pop("snippets", ())
+            )
+            return f(**flags)
+
+        for option in reversed(chosen):
+            command = option(command)
+        return command
+
+    return decorate
 
 
 def episode_options(f: Any) -> Any:

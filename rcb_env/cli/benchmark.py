@@ -14,12 +14,12 @@ from rcb_env.catalog import complete, fetch, lfs
 from rcb_env.cli._app import (
     EXIT_FINDINGS,
     EXIT_OK,
-    _load,
-    _print_failures,
     cli,
     err,
+    load_selection,
     out,
     paper_option,
+    print_failures,
     pset_option,
 )
 from rcb_env.task import environments as envs
@@ -36,7 +36,7 @@ def _submodule_urls(pairs: tuple[str, ...]) -> dict[str, str]:
     return urls
 
 
-def _print_plan(rows: list[envs.Plan]) -> None:
+def print_setup_plan(rows: list[envs.Plan]) -> None:
     """Per task: what runs now, what get and setup would fetch, what runs after both (snippet
     counts beside each)."""
     table = Table(box=box.SIMPLE_HEAD, show_lines=False)
@@ -145,8 +145,8 @@ def get_cmd(
                 # lists what is still to fetch
                 failed = str(exc)
         out.print(f"{bench.name}: {path}", highlight=False)
-    loaded = _load((bench.name,), ())
-    _print_plan(benchmark_plan(bench, path, loaded))
+    loaded = load_selection((bench.name,), ())
+    print_setup_plan(benchmark_plan(bench, path, loaded))
     if failed:
         err.print(f"[red]not fetched: {failed}[/red]", highlight=False, soft_wrap=True)
         sys.exit(EXIT_FINDINGS)
@@ -190,8 +190,8 @@ def setup_cmd(
     """Build the task environments (venvs) the benchmark's papers need, one per requirement
     set, shared between papers; existing ones are kept. Then list each paper's availability.
     Exit 1 if an environment failed to build."""
-    loaded = _load((name,) if name else pset, papers)
-    _print_failures(loaded)
+    loaded = load_selection((name,) if name else pset, papers)
+    print_failures(loaded)
     reports = envs.setup(
         loaded.papers,
         jobs=jobs,

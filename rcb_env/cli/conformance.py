@@ -6,31 +6,18 @@ import sys
 
 import click
 
-from rcb_env.cli._app import (
-    EXIT_FINDINGS,
-    EXIT_OK,
-    _sandbox_config,
-    base_option,
-    cgroup_option,
-    cli,
-    out,
-    sandbox_option,
-)
-from rcb_env.sandbox import BackendName
+from rcb_env.cli._app import EXIT_FINDINGS, EXIT_OK, cli, out, sandbox_options
+from rcb_env.sandbox import SandboxConfig
 from rcb_env.sandbox.conformance import check_backend
 
 
 @cli.command(name="conformance")
-@sandbox_option
-@base_option
-@cgroup_option
+@sandbox_options(base=True)
 @click.option("--check", "only", multiple=True, help="Only this check (repeatable).")
-def conformance_cmd(
-    sandbox: BackendName, base: str | None, cgroup_limits: str | None, only: tuple[str, ...]
-) -> None:
+def conformance_cmd(sandbox: SandboxConfig, only: tuple[str, ...]) -> None:
     """Run the sandbox-backend conformance suite (exit 1 if a check fails). A backend of your
     own must be registered (imported) first: python -m rcb_env with it on the path, or call
     rcb_env.sandbox.conformance.check_backend from your tests."""
-    report = check_backend(_sandbox_config(sandbox, base, cgroup_limits=cgroup_limits), only)
+    report = check_backend(sandbox, only)
     out.print(report.render(), highlight=False, soft_wrap=True)
     sys.exit(EXIT_OK if report.ok else EXIT_FINDINGS)

@@ -10,23 +10,21 @@ import click
 
 from rcb_env.cli._app import (
     EXIT_UNSCORED,
-    _load,
-    _print_failures,
-    _progress,
-    _shown,
-    base_option,
-    cgroup_option,
     cli,
     episode_options,
     err,
-    grading_option,
+    load_selection,
     out,
     paper_option,
+    print_failures,
+    progress_bar,
     pset_option,
-    sandbox_option,
+    sandbox_options,
+    shown,
     snippet_option,
     subset_option,
 )
+from rcb_env.errors import ConfigError
 from rcb_env.grading.grader import DEFAULT_TIMEOUT_S
 from rcb_env.results.render import print_summary
 from rcb_env.results.summary import Summary
@@ -53,11 +51,7 @@ from rcb_env.task.selection import load_subset, select_subset
 @subset_option
 @click.option("--jobs", default=1, show_default=True, help="Episodes in parallel.")
 @click.option("--samples", default=1, show_default=True, help="Episodes per snippet.")
-@sandbox_option
-@base_option
-@cgroup_option
-@grading_option
-@click.option("--pool", default=0, show_default=True, help="docker: warm containers per image.")
+@sandbox_options(base=True, grading=True, pool=True, config=False)
 @click.option(
     "--ray",
     "ray_address",
@@ -114,26 +108,33 @@ def eval_cmd(config_file: Path | None, **flags: Any) -> None:
 
 def _spec(config_file: Path | None, flags: dict[str, Any]) -> RunSpec:
     """The run as one model: the run file's values, then the flags given on the command line
-    (without a file: every flag, defaults included)."""
+    (without a file: every flag, defaults included). A sandbox option the backend refuses is a
+    usage error, as in every command that takes --sandbox."""
     if config_file is None:
-        return RunSpec.build(flags)
-    ctx = click.get_current_context()
-    given = {
-        name: value
-        for name, value in flags.items()
-        if ctx.get_parameter_source(name)
-        in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
-    }
-    return RunSpec.load(config_file, given)
+        spec = RunSpec.build(flags)
+    else:
+        ctx = click.get_current_context()
+        given = {
+            name: value
+            for name, value in flags.items()
+            if ctx.get_parameter_source(name)
+            in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+        }
+        spec = RunSpec.load(config_file, given)
+    try:
+        spec.sandbox_config()
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    return spec
 
 
 def _selection(spec: RunSpec) -> Pset:
     """The snippets to run, with what loading and this installation left out said first (the
     run records why too)."""
-    loaded = _load(spec.pset, spec.papers, spec.snippets)
+    loaded = load_selection(spec.pset, spec.papers, spec.snippets)
     if spec.subset is not None:
         loaded = select_subset(loaded, load_subset(spec.subset))
-    _print_failures(loaded)
+    print_failures(loaded)
     # On Ray the nodes' engines hold the images: the run's nodes check their own.
     here = spec.sandbox_config() if spec.ray_address is None else None
     left_out = runnable(loaded, interpreter_given=brings_interpreter(spec.sandbox), sandbox=here)[
@@ -147,7 +148,7 @@ def _selection(spec: RunSpec) -> Pset:
 
 def _run(spec: RunSpec, loaded: Pset, run_dir: Path) -> Summary:
     """The episodes, with a progress bar."""
-    with _progress("episodes") as progress:
+    with progress_bar("episodes") as progress:
         bar = progress.add_task("", total=None)
         return run_eval(
             loaded,
@@ -168,12 +169,12 @@ def _run(spec: RunSpec, loaded: Pset, run_dir: Path) -> Summary:
 
 def _report(summary: Summary, run_dir: Path) -> None:
     """The rates, where the records are, and how to finish what could not be scored."""
-    print_summary(out, summary, _shown(run_dir))
-    out.print(f"records: {_shown(run_dir / 'episodes.jsonl')}")
+    print_summary(out, summary, shown(run_dir))
+    out.print(f"records: {shown(run_dir / 'episodes.jsonl')}")
     if summary.infra_errors:
         out.print(
             f"{summary.infra_errors} episode(s) could not be scored (infrastructure, excluded "
-            f"above); once the cause is fixed: rcb-env eval ... --resume {_shown(run_dir)}",
+            f"above); once the cause is fixed: rcb-env eval ... --resume {shown(run_dir)}",
             highlight=False,
             soft_wrap=True,
         )

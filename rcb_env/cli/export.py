@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from rcb_env.cli._app import _load, _print_failures, cli, out, pset_option
+from rcb_env.cli._app import cli, load_selection, out, print_failures, pset_option
 
 
 class _ExportGroup(click.Group):
@@ -82,8 +82,8 @@ def export_harbor_cmd(
     from rcb_env.integrations.harbor import export_harbor
     from rcb_env.sandbox.backends.docker import images as img
 
-    loaded = _load(pset, ())
-    _print_failures(loaded)
+    loaded = load_selection(pset, ())
+    print_failures(loaded)
     cfg: Any = img.ImageConfig() if base is None else img.ImageConfig(base=base)
     label = name or (Path(pset[0]).name if pset else "rcb-env-bundled")
     report = export_harbor(

@@ -9,12 +9,12 @@ import click
 
 from rcb_env.cli._app import (
     EXIT_FINDINGS,
-    _load,
-    _print_failures,
     cli,
     err,
+    load_selection,
     out,
     paper_option,
+    print_failures,
     pset_option,
 )
 
@@ -71,8 +71,8 @@ def images_build(
     from rcb_env.sandbox.backends.docker import images as img
     from rcb_env.task import environments as envs
 
-    loaded = _load(pset, papers)
-    _print_failures(loaded)
+    loaded = load_selection(pset, papers)
+    print_failures(loaded)
     cfg = _config(base, wheels)
     assert isinstance(cfg, img.ImageConfig)
     runnable = []
@@ -147,7 +147,7 @@ def images_save(
     from rcb_env.sandbox.backends.docker import engine as docker_engine
     from rcb_env.sandbox.backends.docker import images as img
 
-    loaded = _load(pset, papers)
+    loaded = load_selection(pset, papers)
     cfg = img.ImageConfig() if base is None else img.ImageConfig(base=base)
     engine = docker_engine.client()
     tags = [
@@ -187,7 +187,7 @@ def images_gc(pset: tuple[str, ...], base: str | None, everything: bool) -> None
 
     engine = docker_engine.client()
     removed = docker_engine.gc_containers(engine, everything=everything)
-    loaded = _load(pset, ())
+    loaded = load_selection(pset, ())
     cfg = img.ImageConfig() if base is None else img.ImageConfig(base=base)
     keep = {img.image_tag(p, cfg) for p in loaded.papers}
     # only the selected benchmark's papers: another benchmark's images are not stale

@@ -7,25 +7,20 @@ from pathlib import Path
 import click
 
 from rcb_env.cli._app import (
-    _load,
-    _sandbox_config,
-    _shown,
-    cgroup_option,
+    Selection,
     cli,
     episode_options,
     err,
-    grading_option,
-    paper_option,
-    pset_option,
-    sandbox_option,
-    snippet_option,
+    sandbox_options,
+    selection_options,
+    shown,
 )
 from rcb_env.episode.env import EnvConfig
 from rcb_env.errors import ConfigError
 from rcb_env.grading.grader import DEFAULT_TIMEOUT_S, GradingConfig
 from rcb_env.results.render import print_summary
 from rcb_env.runner import BudgetConfig, EvalConfig, new_run_dir
-from rcb_env.sandbox import BackendName
+from rcb_env.sandbox import SandboxConfig
 from rcb_env.tools.toolbox import Feedback
 
 
@@ -35,12 +30,8 @@ def mcp_group() -> None:
 
 
 @mcp_group.command(name="serve")
-@pset_option
-@paper_option
-@snippet_option
-@sandbox_option
-@cgroup_option
-@grading_option
+@selection_options(snippets=True)
+@sandbox_options(grading=True)
 @click.option("--http", is_flag=True, help="Streamable HTTP on 127.0.0.1 instead of stdio.")
 @click.option("--port", default=0, show_default=True, help="--http: the port (0: any free one).")
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"))
@@ -49,12 +40,8 @@ def mcp_group() -> None:
     "--timeout", type=float, help=f"Seconds per grading run (default {DEFAULT_TIMEOUT_S:g})."
 )
 def serve_cmd(
-    pset: tuple[str, ...],
-    papers: tuple[str, ...],
-    snippets: tuple[str, ...],
-    sandbox: BackendName,
-    cgroup_limits: str | None,
-    grading: str,
+    selection: Selection,
+    sandbox: SandboxConfig,
     http: bool,
     port: int,
     runs_dir: Path,
@@ -70,11 +57,11 @@ def serve_cmd(
         from rcb_env.integrations.mcp_server import serve_episode
     except ImportError as exc:
         raise ConfigError(f"mcp serve needs rcb-env[mcp] ({exc})") from None
-    loaded = _load(pset, papers, snippets)
+    loaded = selection.load()
     cfg = EvalConfig(
         agent="mcp",
         env=EnvConfig(test_feedback=test_feedback),
-        sandbox=_sandbox_config(sandbox, None, 0, cgroup_limits, grading),
+        sandbox=sandbox,
         grading=GradingConfig() if timeout is None else GradingConfig(timeout_s=timeout),
         budgets=BudgetConfig(max_steps=max_steps, max_wall_s=max_wall),
     )
@@ -88,4 +75,4 @@ def serve_cmd(
         on_url=lambda url: err.print(f"MCP endpoint: {url}", highlight=False, soft_wrap=True),
     )
     # stdout is the protocol's in stdio mode: the summary goes to stderr
-    print_summary(err, summary, _shown(run_dir))
+    print_summary(err, summary, shown(run_dir))

@@ -12,7 +12,7 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from rcb_env.cli._app import _load, _shown, cli, err, out, subset_option
+from rcb_env.cli._app import cli, err, load_selection, out, shown, subset_option
 from rcb_env.errors import ConfigError, RcbError
 from rcb_env.results import report
 from rcb_env.results.imported import import_results
@@ -39,7 +39,7 @@ def _published(value: str | None, scratch: Path) -> list[Path]:
     path = Path(value) if value else PUBLISHED_RUNS
     if path.is_file():
         try:
-            pset = _load("researchcodebench", ())
+            pset = load_selection("researchcodebench", ())
         except RcbError:
             pset = None  # the file's own line counts
         return [m.run_dir for m in import_results(path, scratch, pset=pset)]
@@ -86,7 +86,7 @@ def report_cmd(
             strength=_strength(strength),
         )
     size = path.stat().st_size
-    out.print(f"report: {_shown(path)} ({size / 2**20:.1f} MiB)", highlight=False)
+    out.print(f"report: {shown(path)} ({size / 2**20:.1f} MiB)", highlight=False)
 
 
 def _strength(path: Path | None) -> dict[str, Any] | None:

@@ -9,7 +9,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from rcb_env.cli._app import _load, _shown, cli, err, out, subset_option
+from rcb_env.cli._app import cli, err, load_selection, out, shown, subset_option
 from rcb_env.errors import ConfigError, RcbError
 from rcb_env.results import stats
 from rcb_env.results.compare import compare_statistics, load_runs, run_row
@@ -77,7 +77,7 @@ def summary(
         doc["statistics"] = st.model_dump(mode="json")
         out.print_json(json.dumps(doc))
     else:
-        print_summary(out, s, _shown(run_dir), st)
+        print_summary(out, s, shown(run_dir), st)
 
 
 @cli.command(name="compare")
@@ -170,7 +170,7 @@ def plan_cmd(
             scores(loaded[0].records),
             difference,
             against=scores(loaded[1].records) if against is not None else None,
-            names=(_shown(baseline), _shown(against) if against is not None else None),
+            names=(shown(baseline), shown(against) if against is not None else None),
             metric="plain" if metric == "plain" else "scaled",
             alpha=alpha,
             power=power,
@@ -202,12 +202,12 @@ def import_results_cmd(stats_file: Path, runs_dir: Path, pset: str) -> None:
     """The paper's results file (ResearchCodeBench's overall_stats.json) as one run per model,
     marked imported; prints each model's rates by rcb-env's formulas beside the file's own."""
     try:
-        loaded = _load(pset, ())
+        loaded = load_selection(pset, ())
     except RcbError as exc:
         err.print(f"{exc}; using the file's own line counts", highlight=False)
         loaded = None
     models = import_results(stats_file, runs_dir, pset=loaded)
-    table = Table(title=f"Imported {len(models)} models from {_shown(stats_file)}")
+    table = Table(title=f"Imported {len(models)} models from {shown(stats_file)}")
     for col in ("model", "snippets", "scaled %", "file", "plain %", "file", "run"):
         table.add_column(col, justify="left" if col in ("model", "run") else "right")
     worst = 0.0
@@ -225,7 +225,7 @@ def import_results_cmd(stats_file: Path, runs_dir: Path, pset: str) -> None:
             "-" if m.published_scaled is None else f"{m.published_scaled:.2f}",
             f"{o.plain:.2f}",
             "-" if m.published_plain is None else f"{m.published_plain:.2f}",
-            _shown(m.run_dir),
+            shown(m.run_dir),
         )
     out.print(table)
     mismatched = sum(m.weight_mismatches for m in models)

@@ -14,15 +14,15 @@ from rcb_env.catalog import complete
 from rcb_env.cli._app import (
     EXIT_FINDINGS,
     EXIT_OK,
-    _load,
-    _print_failures,
-    _shown,
     cli,
+    load_selection,
     out,
     paper_option,
+    print_failures,
     pset_option,
+    shown,
 )
-from rcb_env.cli.benchmark import _print_plan
+from rcb_env.cli.benchmark import print_setup_plan
 from rcb_env.task import environments as envs
 from rcb_env.task.models import DateField
 from rcb_env.task.render import snippet_tree, tasks_table
@@ -66,7 +66,7 @@ def tasks(
 ) -> None:
     """List papers and snippets: counts, weights, nesting."""
     loaded = select_papers(
-        _load(pset, papers),
+        load_selection(pset, papers),
         after=after.date() if after else None,
         before=before.date() if before else None,
         field=date_field,
@@ -85,7 +85,7 @@ def tasks(
             )
         )
     else:
-        out.print(tasks_table(loaded, _shown(loaded.root)))
+        out.print(tasks_table(loaded, shown(loaded.root)))
         if tree:
             for p in loaded.papers:
                 out.print(snippet_tree(p))
@@ -103,6 +103,6 @@ def tasks(
                 root, bench = catalog.resolve(name)
                 if bench is not None:
                     gets.update(complete.describe(complete.needs(bench, root)))
-            _print_plan(envs.plan(loaded.papers, gets))
-    _print_failures(loaded)
+            print_setup_plan(envs.plan(loaded.papers, gets))
+    print_failures(loaded)
     sys.exit(EXIT_FINDINGS if loaded.failures else EXIT_OK)

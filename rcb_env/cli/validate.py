@@ -4,49 +4,35 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from rcb_env.cli._app import (
     EXIT_FINDINGS,
     EXIT_OK,
-    _load,
-    _print_failures,
-    _progress,
-    _sandbox_config,
-    _shown,
-    cgroup_option,
+    Selection,
     cli,
+    dispatcher_option,
     err,
-    grading_option,
+    meter,
     out,
-    paper_option,
-    pset_option,
-    ray_option,
-    sandbox_option,
-    snippet_option,
+    print_failures,
+    sandbox_options,
+    selection_options,
+    shown,
 )
-from rcb_env.grading.grader import DEFAULT_TIMEOUT_S, Grader, GradingConfig
+from rcb_env.grading.grader import DEFAULT_TIMEOUT_S
 from rcb_env.runner.eval import runnable
-from rcb_env.sandbox import BackendName, SandboxFactory
-from rcb_env.task.models import Pset
-from rcb_env.task.selection import VERIFIED_THRESHOLD, select_snippets
+from rcb_env.sandbox import SandboxConfig
+from rcb_env.task.selection import VERIFIED_THRESHOLD
+from rcb_env.validation.checks import ValidationPlan, ValidationRun, run_validation
+from rcb_env.validation.dispatcher import Dispatcher, UnsupportedError
 from rcb_env.validation.render import print_strength, print_validation
-from rcb_env.validation.strength import (
-    Classify,
-    GradeAll,
-    StrengthReport,
-    local_grading,
-    score_mutants,
-    verified_subset,
-)
-from rcb_env.validation.survivors import classify_all
-from rcb_env.validation.validate import Status, ValidationReport, planned_runs, validate
 
 
 @cli.command(name="validate")
-@pset_option
-@paper_option
+@selection_options(snippets=True)
 @click.option("--jobs", default=1, show_default=True, help="Gradings in parallel.")
 @click.option("--repeat", default=1, show_default=True, help="Runs of each reference (flakiness).")
 @click.option(
@@ -54,9 +40,7 @@ from rcb_env.validation.validate import Status, ValidationReport, planned_runs, 
     type=float,
     help=f"Seconds per test run (default {DEFAULT_TIMEOUT_S:g}; overlays may raise).",
 )
-@sandbox_option
-@cgroup_option
-@grading_option
+@sandbox_options(grading=True)
 @click.option(
     "--json",
     "json_path",
@@ -100,134 +84,60 @@ from rcb_env.validation.validate import Status, ValidationReport, planned_runs, 
     help="--mutants: run each survivor beside the reference on perturbed inputs of the snippet's "
     "function (where the test calls it) and mark it a test gap or possibly equivalent.",
 )
-@snippet_option
-@ray_option
+@dispatcher_option
 def validate_cmd(
-    pset: tuple[str, ...],
-    papers: tuple[str, ...],
-    jobs: int,
-    repeat: int,
-    timeout: float | None,
+    selection: Selection,
+    sandbox: SandboxConfig,
+    dispatcher: Dispatcher,
     json_path: Path | None,
-    everything: bool,
-    sandbox: BackendName,
-    cgroup_limits: str | None,
-    grading: str,
-    mutants: bool,
-    cap: int,
-    seed: int,
-    out_dir: Path | None,
     subset_out: Path | None,
-    threshold: float,
-    snippets: tuple[str, ...],
-    ray_address: str | None,
-    equivalence: bool,
+    **options: Any,
 ) -> None:
     """Check every snippet: reference passes; masked and `pass` versions fail. Papers that
     cannot run in this installation are listed with the reason and not run (--all runs them).
     Runs are graded in the chosen sandbox; the table says per paper whether warm or cold."""
-    loaded = _load(pset, papers, snippets)
-    whole = loaded
-    _print_failures(loaded)
+    plan = ValidationPlan(sandbox=sandbox, **options)
+    whole = loaded = selection.load()
+    print_failures(loaded)
     # `--json` alone: the document is the only thing on standard output
-    notes = err if json_path is not None and str(json_path) == "-" else out
-    if not everything:
+    alone = json_path is not None and str(json_path) == "-"
+    notes = err if alone else out
+    if not plan.everything:
         loaded, totals = runnable(loaded)
         for u in totals.unavailable:
             what = f"{u.paper}/{u.snippet}" if u.snippet else u.paper
             notes.print(f"unavailable {what}: {u.reason}", highlight=False, soft_wrap=True)
-    cfg = GradingConfig() if timeout is None else GradingConfig(timeout_s=timeout)
-    factory = SandboxFactory(
-        _sandbox_config(sandbox, None, cgroup_limits=cgroup_limits, grading=grading)
-    )
     try:
-        with _progress("validating") as progress:
-            bar = progress.add_task("", total=planned_runs(loaded, repeat))
-            report = validate(
-                loaded,
-                cfg,
-                jobs=jobs,
-                repeat=repeat,
-                on_done=lambda label: progress.update(bar, advance=1, description=label),
-                everything=whole,
-                executor_for=factory.grading_executor,
-            )
-        if mutants:
-            grade_all = local_grading(
-                lambda p: Grader(cfg, executor=factory.grading_executor(p)), jobs
-            )
-            own_ray = None
-            if ray_address is not None:
-                from rcb_env.dispatch import ray as ray_runner
-                from rcb_env.validation import jobs as ray_jobs
+        run = run_validation(loaded, plan, dispatcher, whole, meter)
+    except UnsupportedError:
+        raise click.UsageError("--mutants --ray: one benchmark at a time") from None
+    if subset_out is not None:
+        _write_subset(run, subset_out)
+    _render(run, json_path)
+    sys.exit(EXIT_OK if run.ok else EXIT_FINDINGS)
 
-                if loaded.parts:
-                    raise click.UsageError("--mutants --ray: one benchmark at a time")
-                own_ray = ray_runner.connect(ray_address, jobs=jobs)
-                grade_all = ray_jobs.mutants_on_ray(
-                    loaded.benchmark or str(loaded.root), factory.config, cfg
-                )
-            # the probe runs one command in a copy of its own: the cold executors
-            cold = SandboxFactory(factory.config.model_copy(update={"warm_grading": False}))
-            sort = (
-                (lambda items: classify_all(items, cold.grading_executor, scratch=factory.scratch))
-                if equivalence
-                else None
-            )
-            try:
-                strength = _mutants(loaded, report, grade_all, cap, seed, out_dir, sort)
-            finally:
-                cold.close()
-                if own_ray is not None:
-                    ray_runner.disconnect(own_ray)
-    finally:
-        factory.close()
-    document: str = report.model_dump_json(indent=2)
-    if mutants:
-        document = strength.model_dump_json(indent=2)
-        if subset_out is not None:
-            chosen = verified_subset(strength, threshold=threshold, repeat=repeat)
-            subset_out.write_text(chosen.model_dump_json(indent=2) + "\n")
-            err.print(
-                f"verified subset: {len(chosen.snippets)} of {len(strength.snippets)} snippets "
-                f"written to {subset_out}",
-                highlight=False,
-            )
+
+def _write_subset(run: ValidationRun, path: Path) -> None:
+    """--subset-out: the verified subset (with --mutants; nothing without)."""
+    if run.strength is None or run.subset is None:
+        return
+    path.write_text(run.subset.model_dump_json(indent=2) + "\n")
+    err.print(
+        f"verified subset: {len(run.subset.snippets)} of {len(run.strength.snippets)} snippets "
+        f"written to {path}",
+        highlight=False,
+    )
+
+
+def _render(run: ValidationRun, json_path: Path | None) -> None:
+    """The tables (and the JSON document written to ``json_path``), or, for `--json` alone,
+    only the document on standard output."""
     if json_path is not None and str(json_path) == "-":
-        click.echo(document)
-    else:
-        print_validation(out, report, _shown(report.root))
-        if mutants:
-            print_strength(out, strength, _shown(report.root))
-        if json_path is not None:
-            json_path.write_text(document)
-            out.print(f"report written to {json_path}")
-    sys.exit(EXIT_OK if report.ok else EXIT_FINDINGS)
-
-
-def _mutants(
-    loaded: Pset,
-    report: ValidationReport,
-    grade_all: GradeAll,
-    cap: int,
-    seed: int,
-    out_dir: Path | None,
-    classify: Classify | None,
-) -> StrengthReport:
-    """The strength of the tests of the snippets whose reference passed (ok or weak)."""
-    statuses = {s.id: s.status.value for p in report.papers for s in p.snippet_reports}
-    sound = tuple(i for i, st in statuses.items() if st in (Status.OK, Status.WEAK))
-    chosen = select_snippets(loaded, sound) if sound else loaded.model_copy(update={"papers": ()})
-    with _progress("mutants") as progress:
-        bar = progress.add_task("", total=None)
-        return score_mutants(
-            chosen,
-            grade_all,
-            seed=seed,
-            cap=cap,
-            out=out_dir,
-            validation=statuses,
-            on_done=lambda label: progress.update(bar, advance=1, description=label),
-            on_planned=lambda todo: progress.update(bar, total=todo),
-            classify=classify,
-        )
+        click.echo(run.document())
+        return
+    print_validation(out, run.report, shown(run.report.root))
+    if run.strength is not None:
+        print_strength(out, run.strength, shown(run.report.root))
+    if json_path is not None:
+        json_path.write_text(run.document())
+        out.print(f"report written to {json_path}")

@@ -11,10 +11,18 @@ run file is YAML with any of them::
     samples: 3
     max_steps: 40
     test_feedback: none
+    sandbox:
+      backend: docker
+      options: {docker_base: "python:3.11-slim", pool_size: 2}
+
+``sandbox`` is a backend's name, or the backend with its options (each checked by the backend's
+own options model); ``base``, ``pool`` and ``cgroup_limits`` are shorthands for three of them.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,7 +35,91 @@ from rcb_env.errors import ConfigError
 from rcb_env.frozen import Frozen
 from rcb_env.grading.grader import GradingConfig
 from rcb_env.runner.episode import EvalConfig
-from rcb_env.sandbox import SandboxConfig, sandbox_config
+from rcb_env.sandbox import SandboxConfig, backend_class, backend_names, sandbox_config
+from rcb_env.sandbox import registry as backends
+
+#: The shorthand flags of backend options: flag's name (and run-file key) -> (option, flag).
+SHORTHANDS = {
+    "base": ("docker_base", "--base"),
+    "pool": ("pool_size", "--pool"),
+    "cgroup_limits": ("cgroup_limits", "--cgroup-limits"),
+}
+
+
+def parse_sandbox_options(pairs: Iterable[str]) -> dict[str, Any]:
+    """``--sandbox-option KEY=VALUE`` pairs as options: a value that starts with ``[`` or ``{``
+    is JSON (a list, a mapping), any other is the text (the backend's model converts ``2`` or
+    ``true`` to its field's type); a key given twice keeps the last value.
+
+    Raises:
+        ConfigError: a pair without ``=`` or a key, or a value that is not the JSON it looks like.
+    """
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--sandbox-option {pair!r}: expected KEY=VALUE")
+        parsed: Any = value
+        if value.lstrip().startswith(("[", "{")):
+            try:
+                parsed = json.loads(value)
+            except ValueError as exc:
+                raise ConfigError(f"--sandbox-option {key.strip()}: not JSON ({exc})") from None
+        options[key.strip()] = parsed
+    return options
+
+
+def sandbox_settings(
+    backend: str = "auto",
+    options: Mapping[str, Any] | Iterable[str] = (),
+    *,
+    grading: str = "warm",
+    shorthands: Mapping[str, Any] | None = None,
+) -> SandboxConfig:
+    """The sandbox of a command line or run file: the backend, its ``options`` (a mapping, or
+    ``KEY=VALUE`` pairs) and the ``shorthands`` given (:data:`SHORTHANDS`: ``base``, ``pool``,
+    ``cgroup_limits``; None or 0 is not given) for three of the options. The one mapping of the
+    sandbox flags: every command and :meth:`RunSpec.sandbox_config` use it. ``auto``'s options
+    are checked now against the backend it may pick (and kept as given, checked again once
+    resolved).
+
+    Raises:
+        ConfigError: an option the backend does not have or a wrong value (naming the backend
+            and the option), a malformed pair, or a shorthand and an option that disagree.
+    """
+    given = dict(options) if isinstance(options, Mapping) else parse_sandbox_options(options)
+    for name, value in (shorthands or {}).items():
+        key, flag = SHORTHANDS[name]
+        if value is None or value == 0:
+            continue
+        if key in given and given[key] != value:
+            raise ConfigError(f"{flag} {value} and --sandbox-option {key}={given[key]} disagree")
+        given[key] = value
+    if backend == "auto" and given:
+        _check_for_auto(given)
+    return sandbox_config(backend, warm_grading=grading == "warm", **given)
+
+
+def _check_for_auto(options: Mapping[str, Any]) -> None:
+    """``auto``'s options, checked against the backends it may pick (one of them must take
+    them all).
+
+    Raises:
+        ConfigError: none does (the first one's refusal, naming it).
+    """
+    refusals: list[ConfigError] = []
+    for name in backend_names():
+        model = backends.options_model(name)
+        if model is None or not backend_class(name).auto:
+            continue
+        try:
+            backends.check_options(name, model, options)
+        except ConfigError as exc:
+            refusals.append(ConfigError(f"--sandbox auto would pick {name}: {exc}"))
+        else:
+            return
+    if refusals:
+        raise refusals[0]
 
 
 def _problem(error: Any, values: dict[str, Any]) -> str:
@@ -40,6 +132,32 @@ def _problem(error: Any, values: dict[str, Any]) -> str:
     ):
         return f"--{top.replace('_', '-')} is required (or `{top}:` in a --config run file)"
     return f"{where}: {error['msg']}"
+
+
+def _sandbox_section(
+    path: Path, section: dict[str, Any], overrides: dict[str, Any]
+) -> dict[str, Any]:
+    """A run file's ``sandbox: {backend: ..., options: {...}}`` as the spec's ``sandbox`` and
+    ``sandbox_options``, under what the command line gives (``--sandbox``; each
+    ``--sandbox-option`` over the file's option of that name).
+
+    Raises:
+        ConfigError: a key other than ``backend`` and ``options``, or options that are not a
+            mapping.
+    """
+    unknown = sorted(set(section) - {"backend", "options"})
+    options = section.get("options") or {}
+    if unknown or not isinstance(options, dict):
+        raise ConfigError(
+            f"{path}: sandbox is a backend's name or {{backend: NAME, options: {{KEY: VALUE}}}}"
+            + (f" (not {', '.join(unknown)})" if unknown else "")
+        )
+    flags = overrides.get("sandbox_options") or ()
+    extra = dict(flags) if isinstance(flags, dict) else parse_sandbox_options(flags)
+    return {
+        "sandbox": overrides.get("sandbox", section.get("backend", "auto")),
+        "sandbox_options": {**options, **extra},
+    }
 
 
 class RunSpec(Frozen):
@@ -56,6 +174,9 @@ class RunSpec(Frozen):
     jobs: int = Field(default=1, ge=1)
     samples: int = Field(default=1, ge=1)
     sandbox: str = "auto"
+    sandbox_options: dict[str, Any] | tuple[str, ...] = ()
+    """The backend's options: ``KEY=VALUE`` pairs (the flag) or a mapping (a run file's
+    ``sandbox: {backend: ..., options: {...}}``)."""
     base: str | None = None
     pool: int = 0
     cgroup_limits: str | None = None
@@ -108,7 +229,11 @@ class RunSpec(Frozen):
         data = {str(k).replace("-", "_"): v for k, v in data.items()}
         if "ray" in data:  # the flag's own name
             data["ray_address"] = data.pop("ray")
-        return cls.build({**data, **(overrides or {})}, source=str(path))
+        merged = {**data, **(overrides or {})}
+        sandbox = data.get("sandbox")
+        if isinstance(sandbox, dict):  # sandbox: {backend: ..., options: {...}}
+            merged.update(_sandbox_section(path, sandbox, overrides or {}))
+        return cls.build(merged, source=str(path))
 
     @classmethod
     def build(cls, values: dict[str, Any], source: str = "the options") -> RunSpec:
@@ -124,18 +249,17 @@ class RunSpec(Frozen):
             raise ConfigError(f"{source}: {problems}") from exc
 
     def sandbox_config(self) -> SandboxConfig:
-        """The sandbox of the run: ``base``, ``pool`` and ``cgroup_limits``, when given, are
-        the backend's options.
+        """The sandbox of the run (:func:`sandbox_settings`): ``sandbox_options``, and ``base``,
+        ``pool`` and ``cgroup_limits`` when given, are the backend's options.
 
         Raises:
-            ConfigError: one the chosen backend does not have.
+            ConfigError: one the chosen backend does not have, or a wrong value.
         """
-        return sandbox_config(
+        return sandbox_settings(
             self.sandbox,
-            warm_grading=self.grading == "warm",
-            docker_base=self.base,
-            pool_size=self.pool or None,
-            cgroup_limits=self.cgroup_limits,
+            self.sandbox_options,
+            grading=self.grading,
+            shorthands={"base": self.base, "pool": self.pool, "cgroup_limits": self.cgroup_limits},
         )
 
     def eval_config(self) -> EvalConfig:

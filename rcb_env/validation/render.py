@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 
+from rcb_env.validation.audit import CANARY_LEAK, CANARY_PSET
+from rcb_env.validation.hacks import TARGET
 from rcb_env.validation.strength import StrengthReport
 from rcb_env.validation.validate import Status, ValidationReport
+
+if TYPE_CHECKING:
+    from rcb_env.validation.checks import AuditReport, HackReport
 
 
 def print_validation(out: Console, report: ValidationReport, root_label: str) -> None:
@@ -123,3 +130,78 @@ def print_strength(out: Console, report: StrengthReport, root_label: str, worst:
         )
         out.print(one.diff.rstrip(), highlight=False, markup=False, soft_wrap=True)
     out.print(f"wall time {report.wall_s:.0f} s")
+
+
+def print_audit(out: Console, report: AuditReport) -> None:
+    """Each leak, the findings that are the benchmark's design (per file), and the count."""
+    for f in report.leaks:
+        out.print(
+            f"[red]leak[/red] ({f.kind}) {f.snippet_id}: {f.path}: {f.line}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    by_design: dict[tuple[str, str], int] = {}
+    for f in report.findings:
+        if f.accepted is not None:
+            by_design[(f.path, f.accepted)] = by_design.get((f.path, f.accepted), 0) + 1
+    for (path, why), n in sorted(by_design.items()):
+        out.print(f"by design: {path} ({n} answer lines): {why}", highlight=False, soft_wrap=True)
+    designed = len(report.findings) - len(report.leaks)
+    out.print(
+        f"{len(report.leaks)} findings over {report.snippets} snippets"
+        + (f" ({designed} more are the benchmark's design)" if by_design else ""),
+        highlight=False,
+    )
+
+
+def print_control(out: Console, report: AuditReport) -> None:
+    """Whether the positive control's seeded leak was found (nothing when it did not run)."""
+    if report.control is None:
+        return
+    if report.control_missed:
+        out.print(
+            f"[red]control failed[/red]: the seeded leak in {CANARY_PSET} "
+            f"({CANARY_LEAK}) was not found, so a clean result proves nothing here",
+            highlight=False,
+        )
+        return
+    out.print(
+        f"control: the seeded leak in {CANARY_PSET} was found "
+        f"({len(report.caught)} answer lines in {CANARY_LEAK})",
+        highlight=False,
+    )
+
+
+def print_hacks(out: Console, report: HackReport) -> None:
+    """The suite's table, how many attacks scored 0, what was left on the host, and whether
+    the next episode is clean."""
+    table = Table(title=f"Reward hacks on {report.backend}: {TARGET[0]}/{TARGET[1]}")
+    for col in ("attack", "official rule", "rcb-env", "why", "run-time guards alone"):
+        table.add_column(col)
+    for r in report.results:
+        table.add_row(
+            r.attack,
+            "[red]pass[/red]" if r.official_pass else "fail",
+            "[red]PASS[/red]" if r.passed else ("[red]excluded[/red]" if r.excluded else "0"),
+            r.detail if r.detail.startswith(r.kind) else f"{r.kind}: {r.detail}",
+            "" if r.runtime is None else r.runtime,
+        )
+    out.print(table)
+    n = len(report.results)
+    out.print(
+        f"{n - len(report.beaten)} of {n} attacks scored 0 "
+        "(neither passed nor excluded as infrastructure)",
+        highlight=False,
+    )
+    for problem in report.left:
+        out.print(f"[red]host changed[/red]: {problem}", highlight=False, soft_wrap=True)
+    if not report.left:
+        out.print(
+            "host unchanged: no process of the sandbox user, no container, no new file in the "
+            "shared temporary folders or the scratch folder",
+            highlight=False,
+        )
+    if report.after.passed:
+        out.print("next episode clean: the reference still passes", highlight=False)
+    else:
+        out.print(f"[red]next episode broken[/red]: {report.after.detail}", highlight=False)
