@@ -24,6 +24,7 @@ from rcb_env.sandbox import SandboxConfig
 from rcb_env.sandbox import cgroups as cg
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox.backends.bwrap import BwrapExecutor
+from rcb_env.sandbox.base import Command
 
 STOP = "rcb-stop-spinning"
 BOMB = f"""\
@@ -55,10 +56,12 @@ print(time.perf_counter() - t, time.process_time() - c)
 
 def _run(executor: BwrapExecutor, code: str, area: Path, *args: str) -> str:
     result = executor.run(
-        [str(config.task_python()), "-c", code, *args],
-        cwd=area,
-        env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
-        timeout_s=120,
+        Command(
+            (str(config.task_python()), "-c", code, *args),
+            cwd=area,
+            env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+            timeout_s=120,
+        )
     )
     return result.stdout
 

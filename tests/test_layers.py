@@ -311,3 +311,20 @@ def test_one_module_class_resolver() -> None:
                 if "import_module" in calls and ({"partition", "split", "rpartition"} & calls):
                     found.append(f"{path.name}:{fn.name}")
     assert found == ["registry.py:import_target"], found
+
+
+def test_an_executor_takes_one_command() -> None:
+    """Grading to sandbox one way: every executor runs a ``Command`` (argv, folder, environment,
+    timeout, what it may write) and returns a result; nothing else crosses the seam."""
+    import inspect
+
+    from rcb_env.sandbox.backends.bwrap import BwrapExecutor
+    from rcb_env.sandbox.backends.docker.backend import DockerExecutor
+    from rcb_env.sandbox.backends.local import LocalExecutor
+    from rcb_env.sandbox.base import Executor
+    from rcb_env.sandbox.warm import WarmExecutor
+
+    for cls in (Executor, LocalExecutor, BwrapExecutor, DockerExecutor, WarmExecutor):
+        params = list(inspect.signature(cls.run).parameters.values())
+        required = [p.name for p in params if p.default is inspect.Parameter.empty]
+        assert required == ["self", "command"], (cls.__name__, required)

@@ -25,7 +25,7 @@ from rich.progress import (
 from rcb_env import logs
 from rcb_env.errors import ConfigError
 from rcb_env.runner.spec import sandbox_settings
-from rcb_env.sandbox import BackendName, SandboxConfig, backend_names
+from rcb_env.sandbox import SandboxConfig, backend_names
 from rcb_env.task import loader
 from rcb_env.task.models import Pset
 from rcb_env.task.selection import combine, select_snippets
@@ -134,23 +134,6 @@ def sandbox_or_usage(
         return sandbox_settings(backend, options, grading=grading, shorthands=shorthands)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-
-
-def _sandbox_config(
-    backend: BackendName,
-    base: str | None,
-    pool: int = 0,
-    cgroup_limits: str | None = None,
-    grading: str = "warm",
-) -> SandboxConfig:
-    """Deprecated: :func:`rcb_env.runner.spec.sandbox_settings` (kept while
-    tests/sandbox/test_backend_options.py imports it).
-
-    Raises:
-        ConfigError: an option the chosen backend does not have.
-    """
-    shorthands = {"base": base, "pool": pool, "cgroup_limits": cgroup_limits}
-    return sandbox_settings(backend, grading=grading, shorthands=shorthands)
 
 
 def progress_bar(label: str) -> Progress:

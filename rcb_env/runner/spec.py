@@ -95,7 +95,7 @@ def sandbox_settings(
         if key in given and given[key] != value:
             raise ConfigError(f"{flag} {value} and --sandbox-option {key}={given[key]} disagree")
         given[key] = value
-    if backend == "auto" and given:
+    if given and backend not in backend_names():  # ``auto``: not a backend until resolved
         _check_for_auto(given)
     return sandbox_config(backend, warm_grading=grading == "warm", **given)
 

@@ -11,7 +11,7 @@ import stat
 import threading
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,18 +58,10 @@ class Executor(Protocol):
     own address-space and file-size limits to these too, so one value is documented and
     enforced wherever it runs)."""
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Path,
-        env: Mapping[str, str],
-        timeout_s: float,
-        needles: tuple[str, ...] = (),
-        writable: Path | None = None,
-    ) -> ExecResult:
-        """Run ``argv`` in ``cwd``; kill the whole process tree at ``timeout_s``. ``writable`` is
-        the only folder the command may write (sandboxing executors bind it; others ignore it).
+    def run(self, command: Command) -> ExecResult:
+        """Run ``command`` to completion: ``argv`` in ``cwd``, the whole process tree killed at
+        ``timeout_s``; ``writable`` is the only folder it may write (sandboxing executors bind
+        it; others ignore it).
 
         Raises:
             SandboxError: the command could not be started at all.
@@ -96,7 +88,8 @@ class WarmGrading(Protocol):
 
 @dataclass(frozen=True)
 class Command:
-    """What one grading attempt runs in its copy."""
+    """One command for an executor (:meth:`Executor.run`): what a grading attempt runs in its
+    copy, a probe, a survivor check."""
 
     argv: tuple[str, ...]
     cwd: Path
@@ -104,6 +97,8 @@ class Command:
     timeout_s: float
     needles: tuple[str, ...] = ()
     """Words to look for in the whole output (:attr:`ExecResult.found`)."""
+    writable: Path | None = None
+    """The only folder the command may write (None: ``cwd``)."""
 
 
 class GradingCopy(Protocol[R_co]):

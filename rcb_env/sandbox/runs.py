@@ -13,6 +13,7 @@ reaches the next.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -20,7 +21,7 @@ from rcb_env.errors import SandboxError
 from rcb_env.execution import ExecResult
 from rcb_env.logs import get_logger
 from rcb_env.retry import RetryPolicy
-from rcb_env.sandbox.base import Executor, GradingRun
+from rcb_env.sandbox.base import Command, Executor, GradingRun
 
 __all__ = ["WarmUnavailable", "attempt", "execute", "prewarm"]
 
@@ -59,7 +60,7 @@ def _once(executor: Executor, run: GradingRun[R], scratch: Path) -> R:
 def attempt(
     run: GradingRun[R],
     parent: Path,
-    run_command: Callable[..., ExecResult],
+    run_command: Callable[[Command], ExecResult],
     *,
     path: str | None = None,
 ) -> R:
@@ -72,16 +73,8 @@ def attempt(
         GradingError: the copy could not be made.
     """
     with run.copy(parent) as copy:
-        command = copy.command
         try:
-            ran = run_command(
-                command.argv,
-                cwd=command.cwd,
-                env=command.env,
-                timeout_s=command.timeout_s,
-                needles=command.needles,
-                writable=copy.workdir,
-            )
+            ran = run_command(replace(copy.command, writable=copy.workdir))
         except WarmUnavailable:
             raise
         except SandboxError as exc:

@@ -22,7 +22,7 @@ from rcb_env._common import parse_python
 from rcb_env.errors import SandboxError
 from rcb_env.grading.grader import DEFAULT_TIMEOUT_S
 from rcb_env.sandbox import scratch as scratch_dirs
-from rcb_env.sandbox.base import Executor
+from rcb_env.sandbox.base import Command, Executor
 from rcb_env.task import environments as envs
 from rcb_env.task.annotations import insert
 from rcb_env.task.models import Paper, Snippet
@@ -95,11 +95,13 @@ def classify(
         for path in copy.rglob("*"):
             path.chmod(0o777 if path.is_dir() else 0o666)
         ran = executor.run(
-            [python, "_rcb_probe.py", "_rcb_probe.json"],
-            cwd=copy,
-            env={"PYTHONPATH": ".", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"},
-            timeout_s=timeout_s,
-            writable=copy,
+            Command(
+                (python, "_rcb_probe.py", "_rcb_probe.json"),
+                cwd=copy,
+                env={"PYTHONPATH": ".", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"},
+                timeout_s=timeout_s,
+                writable=copy,
+            )
         )
     finally:
         scratch_dirs.discard(work)

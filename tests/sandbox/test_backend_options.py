@@ -14,9 +14,8 @@ from pydantic import ValidationError
 
 from rcb_env import config
 from rcb_env.catalog.assets import Asset
-from rcb_env.cli._app import _sandbox_config
 from rcb_env.errors import ConfigError
-from rcb_env.runner.spec import RunSpec
+from rcb_env.runner.spec import RunSpec, sandbox_settings
 from rcb_env.sandbox import SandboxConfig, backend_class
 from rcb_env.sandbox.backends.bwrap import BwrapBackend, BwrapExecutor, BwrapOptions
 from rcb_env.sandbox.backends.docker.backend import DockerOptions
@@ -137,6 +136,18 @@ def test_bwrap_options_reach_its_executors_with_the_papers_asset_cache(
         assert backend.options.read_only == (Path("/srv/cache"),)  # the backend's own: unchanged
     finally:
         backend.close()
+
+
+def _sandbox_config(
+    backend: str,
+    base: str | None,
+    pool: int = 0,
+    cgroup_limits: str | None = None,
+    grading: str = "warm",
+) -> SandboxConfig:
+    """The command line's sandbox flags, through the one mapping."""
+    shorthands = {"base": base, "pool": pool, "cgroup_limits": cgroup_limits}
+    return sandbox_settings(backend, grading=grading, shorthands=shorthands)
 
 
 def test_the_command_line_and_run_files_fill_the_backends_options(tmp_path: Path) -> None:

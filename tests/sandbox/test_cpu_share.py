@@ -32,6 +32,7 @@ from rcb_env.sandbox import cgroups as cg
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox.backends.bwrap import BwrapExecutor
 from rcb_env.sandbox.backends.docker.backend import DockerExecutor
+from rcb_env.sandbox.base import Command
 from rcb_env.sandbox.warm import WarmExecutor, WarmProcess
 from rcb_env.validation.hacks import TARGET
 
@@ -101,10 +102,12 @@ def areas() -> Iterator[Callable[[], Path]]:
 
 def _run(executor: BwrapExecutor, code: str, area: Path, *args: str) -> ExecResult:
     return executor.run(
-        [str(config.task_python()), "-c", code, *args],
-        cwd=area,
-        env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
-        timeout_s=90,
+        Command(
+            (str(config.task_python()), "-c", code, *args),
+            cwd=area,
+            env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+            timeout_s=90,
+        )
     )
 
 
@@ -420,7 +423,7 @@ def test_docker_containers_get_the_cpu_cap_only_when_asked(
     # A grading container: its own cgroup's quota, as the container sees it.
     for executor, quotas in ((capped, {"50000"}), (plain, {"-1", "max"})):
         result = executor.run(
-            [docker_engine.INTERPRETER, "-c", _OWN_CPU], cwd=areas(), env={}, timeout_s=120
+            Command((docker_engine.INTERPRETER, "-c", _OWN_CPU), cwd=areas(), env={}, timeout_s=120)
         )
         assert result.exit_code == 0, result.stderr[-500:]
         assert result.stdout.split()[-1] in quotas, result.stdout
@@ -474,12 +477,14 @@ def test_a_warm_docker_run_with_a_hundred_busy_sessions_does_not_slow_a_run_besi
             copy.mkdir()
             (copy / "main.py").write_text(code)
             return proc.run(
-                [docker_engine.INTERPRETER, str(copy / "main.py"), *args],
-                cwd=copy,
-                env=env,
-                timeout_s=120,
-                needles=(),
-                writable=copy,
+                Command(
+                    (docker_engine.INTERPRETER, str(copy / "main.py"), *args),
+                    cwd=copy,
+                    env=env,
+                    timeout_s=120,
+                    needles=(),
+                    writable=copy,
+                ),
                 output_limit=10_000,
             )
 

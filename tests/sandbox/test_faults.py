@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from rcb_env.runner.eval import EvalConfig, run_eval
 from rcb_env.sandbox import SandboxFactory
 from rcb_env.sandbox.backends.bwrap import BwrapExecutor
 from rcb_env.sandbox.backends.docker import engine as docker_sandbox
-from rcb_env.sandbox.base import Executor, Limits, SandboxConfig, WarmGrading
+from rcb_env.sandbox.base import Command, Executor, Limits, SandboxConfig, WarmGrading
 from rcb_env.sandbox.cgroups import CGROUP_ROOT
 from rcb_env.task import Paper, bundled_root, load
 from rcb_env.task.selection import select_snippets
@@ -78,16 +78,8 @@ class KillingExecutor:
         self.limits = inner.limits
         self.warm: WarmGrading | None = None  # grades cold, through ``inner``
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Path,
-        env: Mapping[str, str],
-        timeout_s: float,
-        needles: tuple[str, ...] = (),
-        writable: Path | None = None,
-    ) -> ExecResult:
+    def run(self, command: Command) -> ExecResult:
+        argv = command.argv
         self.runs += 1
         stop = threading.Event()
         killer = None
@@ -95,9 +87,7 @@ class KillingExecutor:
             killer = threading.Thread(target=_kill_when_started, args=(list(argv), stop))
             killer.start()
         try:
-            return self.inner.run(
-                argv, cwd=cwd, env=env, timeout_s=timeout_s, needles=needles, writable=writable
-            )
+            return self.inner.run(command)
         finally:
             stop.set()
             if killer is not None:

@@ -23,6 +23,7 @@ from rcb_env.grading.models import GradeResult
 from rcb_env.sandbox import SandboxConfig, SandboxFactory
 from rcb_env.sandbox.backends import bwrap
 from rcb_env.sandbox.backends.bwrap import BwrapExecutor
+from rcb_env.sandbox.base import Command
 from rcb_env.sandbox.warm import (
     WarmExecutor,
     WarmPool,
@@ -513,12 +514,9 @@ def test_read_only_folders_under_tmp_and_dev_shm_stay_visible_and_read_only_in_a
             "print('TMP', sorted(os.listdir('/tmp')))\n"
         )
         result = proc.run(
-            [python, str(script)],
-            cwd=copy,
-            env=env,
-            timeout_s=60,
-            needles=(),
-            writable=copy,
+            Command(
+                (python, str(script)), cwd=copy, env=env, timeout_s=60, needles=(), writable=copy
+            ),
             output_limit=100_000,
         )
         assert result.exit_code == 0, result.stderr[-2000:]

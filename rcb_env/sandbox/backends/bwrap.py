@@ -17,6 +17,7 @@ import pwd
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -29,7 +30,15 @@ from rcb_env.execution import ExecResult
 from rcb_env.sandbox import cgroups
 from rcb_env.sandbox.backend import Backend
 from rcb_env.sandbox.backends.local import LocalExecutor
-from rcb_env.sandbox.base import Executor, Limits, Sandbox, SandboxConfig, WarmGrading, chown_tree
+from rcb_env.sandbox.base import (
+    Command,
+    Executor,
+    Limits,
+    Sandbox,
+    SandboxConfig,
+    WarmGrading,
+    chown_tree,
+)
 from rcb_env.sandbox.cgroups import Cgroup, with_oom
 from rcb_env.sandbox.session import ShellSession
 from rcb_env.sandbox.warm import WarmLaunch, WarmPool
@@ -219,16 +228,9 @@ class BwrapExecutor:
         self._local = LocalExecutor(output_limit=config.output_limit, scratch=scratch)
         self._identity = _identity(config.user)
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Path,
-        env: Mapping[str, str],
-        timeout_s: float,
-        needles: tuple[str, ...] = (),
-        writable: Path | None = None,
-    ) -> ExecResult:
+    def run(self, command: Command) -> ExecResult:
+        argv, cwd, env = command.argv, command.cwd, command.env
+        writable = command.writable
         area = writable or cwd
         if self._identity is not None:
             check_traversable(area.parent)
@@ -244,11 +246,11 @@ class BwrapExecutor:
                 identity=self._identity,
             )
             result = self._local.run(
-                [*group.enter_command(), *launcher, *argv],
-                cwd=cwd,
-                env={"PATH": os.environ.get("PATH", os.defpath)},
-                timeout_s=timeout_s,
-                needles=needles,
+                replace(
+                    command,
+                    argv=(*group.enter_command(), *launcher, *argv),
+                    env={"PATH": os.environ.get("PATH", os.defpath)},
+                )
             )
             return with_oom(result, 0, group.memory_events())
         finally:

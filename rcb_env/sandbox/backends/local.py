@@ -7,14 +7,13 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from rcb_env.errors import SandboxError
 from rcb_env.execution import ExecResult
 from rcb_env.sandbox._io import kill_group, read_capped
 from rcb_env.sandbox.backend import Backend
-from rcb_env.sandbox.base import Executor, Limits, Sandbox, SandboxConfig, WarmGrading
+from rcb_env.sandbox.base import Command, Executor, Limits, Sandbox, SandboxConfig, WarmGrading
 from rcb_env.sandbox.session import ShellSession
 from rcb_env.task.models import Paper
 
@@ -37,16 +36,9 @@ class LocalExecutor:
         # Nothing here enforces them but what the command sets itself (the grading runner does).
         self.limits = limits if limits is not None else Limits()
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Path,
-        env: Mapping[str, str],
-        timeout_s: float,
-        needles: tuple[str, ...] = (),
-        writable: Path | None = None,
-    ) -> ExecResult:
+    def run(self, command: Command) -> ExecResult:
+        argv, cwd, env, timeout_s = command.argv, command.cwd, command.env, command.timeout_s
+        needles = command.needles
         with (
             tempfile.TemporaryFile(dir=self.scratch) as out,
             tempfile.TemporaryFile(dir=self.scratch) as err,

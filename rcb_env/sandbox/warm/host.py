@@ -45,7 +45,7 @@ from rcb_env.execution import ExecResult
 from rcb_env.logs import get_logger
 from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox._io import read_capped
-from rcb_env.sandbox.base import Executor, GradingRun, WarmGrading
+from rcb_env.sandbox.base import Command, Executor, GradingRun, WarmGrading
 from rcb_env.sandbox.runs import WarmUnavailable, attempt
 from rcb_env.task.models import Paper
 from rcb_env.task.source import source_for
@@ -415,25 +415,16 @@ class WarmProcess:
         log.info("warm process imported more", modules=len(wanted), unsafe=self.unsafe)
 
     # one grading -------------------------------------------------------------------------------
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Path,
-        env: Mapping[str, str],
-        timeout_s: float,
-        needles: tuple[str, ...],
-        writable: Path,
-        output_limit: int,
-        probe: bool = False,
-    ) -> ExecResult:
+    def run(self, command: Command, *, output_limit: int, probe: bool = False) -> ExecResult:
         """One grading run, like the cold executor's ``run``. ``probe``: a run of the pristine
         paper, after which this process imports what that run imported.
 
         Raises:
             WarmUnavailable: nothing was decided; grade cold in a fresh copy.
         """
-        if writable.parent != self.area:
+        argv, cwd, env, timeout_s = command.argv, command.cwd, command.env, command.timeout_s
+        needles, writable = command.needles, command.writable
+        if writable is None or writable.parent != self.area:
             raise WarmUnavailable(f"{writable} is not a grading copy of this warm process")
         rid = uuid.uuid4().hex
         out, err = self.area / f".{rid}.out", self.area / f".{rid}.err"
@@ -800,32 +791,13 @@ class WarmExecutor:
         self.area(env, python)
         return self.process(env).claim_probe()
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Path,
-        env: Mapping[str, str],
-        timeout_s: float,
-        needles: tuple[str, ...] = (),
-        writable: Path | None = None,
-        probe: bool = False,
-    ) -> ExecResult:
-        if writable is None:
+    def run(self, command: Command, *, probe: bool = False) -> ExecResult:
+        if command.writable is None:
             raise WarmUnavailable("a warm run needs its grading copy")
-        if Path(argv[0]) != Path(self.python):
-            raise WarmUnavailable(f"the warm process runs {self.python}, not {argv[0]}")
-        proc = self.process(env)
-        return proc.run(
-            argv,
-            cwd=cwd,
-            env=env,
-            timeout_s=timeout_s,
-            needles=needles,
-            writable=writable,
-            output_limit=self.output_limit,
-            probe=probe,
-        )
+        if Path(command.argv[0]) != Path(self.python):
+            raise WarmUnavailable(f"the warm process runs {self.python}, not {command.argv[0]}")
+        proc = self.process(command.env)
+        return proc.run(command, output_limit=self.output_limit, probe=probe)
 
     # the warm capability ----------------------------------------------------------------------
     def attempt(self, run: GradingRun[R], scratch: Path) -> R:

@@ -45,7 +45,7 @@ from rcb_env.sandbox.backends.docker.engine import (
 )
 from rcb_env.sandbox.backends.docker.images import LABEL
 from rcb_env.sandbox.backends.docker.pool import ContainerPool, Slot, cpu_options
-from rcb_env.sandbox.base import Executor, Sandbox, SandboxConfig, WarmGrading, chown_tree
+from rcb_env.sandbox.base import Command, Executor, Sandbox, SandboxConfig, WarmGrading, chown_tree
 from rcb_env.sandbox.session import ShellSession
 from rcb_env.sandbox.warm import WarmLaunch, WarmPool
 from rcb_env.task.models import Paper
@@ -165,16 +165,9 @@ class DockerExecutor:
             run_env=box.run_env,
         )
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: Path,
-        env: Mapping[str, str],
-        timeout_s: float,
-        needles: tuple[str, ...] = (),
-        writable: Path | None = None,
-    ) -> ExecResult:
+    def run(self, command: Command) -> ExecResult:
+        argv, cwd, env, timeout_s = command.argv, command.cwd, command.env, command.timeout_s
+        needles, writable = command.needles, command.writable
         area = writable or cwd
         chown_tree(area, UID, GID)
         start = time.monotonic()
