@@ -56,8 +56,14 @@ stamp_of() { cat "$@" 2>/dev/null | sha256sum | cut -c1-16; }
 want=$(stamp_of pyproject.toml)
 if [ "$(cat .venv/.rcb-stamp 2>/dev/null)" != "$want" ]; then
   say "installing rcb-env into .venv"
-  pip_in .venv/bin/python install -q --upgrade pip
-  pip_in .venv/bin/python install -q -e '.[agents,rl,ray,mcp,hub,verifiers,mini-swe-agent,openai-agents,smolagents,inspect,dev]'
+  pip_in .venv/bin/python install -q --upgrade pip uv
+  # uv installs from pip's own sources (scripts/pip_sources.py: mirrors, wheel folders such as
+  # the CPU torch wheel's, constraints) in seconds where pip takes minutes; pip if uv fails.
+  mapfile -t sources < <(.venv/bin/python scripts/pip_sources.py)
+  extras='.[agents,rl,ray,mcp,hub,verifiers,mini-swe-agent,openai-agents,smolagents,inspect,dev]'
+  .venv/bin/uv pip install -q --python .venv/bin/python "${sources[@]}" \
+      --index-strategy unsafe-best-match --prerelease disallow -e "$extras" \
+    || pip_in .venv/bin/python install -q -e "$extras"
   echo "$want" > .venv/.rcb-stamp
 fi
 
