@@ -62,7 +62,7 @@ if [ "$(cat .venv/.rcb-stamp 2>/dev/null)" != "$want" ]; then
   mapfile -t sources < <(.venv/bin/python scripts/pip_sources.py)
   extras='.[agents,rl,ray,mcp,hub,verifiers,mini-swe-agent,openai-agents,smolagents,inspect,dev]'
   .venv/bin/uv pip install -q --python .venv/bin/python "${sources[@]}" \
-      --index-strategy unsafe-best-match --prerelease disallow -e "$extras" \
+      --index-strategy unsafe-best-match --prerelease disallow --compile-bytecode -e "$extras" \
     || pip_in .venv/bin/python install -q -e "$extras"
   echo "$want" > .venv/.rcb-stamp
 fi
@@ -111,7 +111,7 @@ if [ -z "$hb_base" ]; then
 elif [ "$(cat .venv/harbor/.rcb-stamp 2>/dev/null)" != "$want" ]; then
   say "installing Harbor into .venv/harbor (from $hb_base)"
   [ -x .venv/harbor/bin/python ] || "$hb_base" -m venv .venv/harbor
-  .venv/bin/uv pip install -q --python .venv/harbor/bin/python "$want"
+  .venv/bin/uv pip install -q --compile-bytecode --python .venv/harbor/bin/python "$want"
   echo "$want" > .venv/harbor/.rcb-stamp
 fi
 
@@ -121,9 +121,14 @@ want=$(stamp_of pyproject.toml)
 if [ "$(cat .venv/inspect/.rcb-stamp 2>/dev/null)" != "$want" ]; then
   say "installing rcb-env with inspect_ai into .venv/inspect"
   [ -x .venv/inspect/bin/python ] || "$PYTHON" -m venv .venv/inspect
-  .venv/bin/uv pip install -q --python .venv/inspect/bin/python -e '.[inspect]' 'openai>=3.4'
+  .venv/bin/uv pip install -q --compile-bytecode --python .venv/inspect/bin/python -e '.[inspect]' \
+    'openai>=3.4'
   echo "$want" > .venv/inspect/.rcb-stamp
 fi
+
+# rcb-env's own modules compiled once (where PYTHONDONTWRITEBYTECODE is set, every process
+# would compile them again; Python still reads what is there).
+.venv/bin/python -m compileall -q -j 0 rcb_env agents rcb_verifiers >/dev/null || true
 
 chmod -R a+rX "$RCB_ENV_HOME"
 say "done: .venv/bin/rcb-env; task interpreter $tv/bin/python"

@@ -210,8 +210,31 @@ def host_lock(
 
 #: Tests that share one exclusive resource run on one xdist worker, one after another (``make
 #: test`` runs the tests not marked exclusive with ``pytest -n 3 --dist loadgroup``): the Docker
-#: engine and the images the session builds; Ray (a cluster per test, on Ray's fixed ports).
-_GROUPS = {"docker": "docker", "test_ray.py": "ray"}
+#: engine and the images the session builds; Ray (a cluster per test, on Ray's fixed ports);
+#: the report's runs (a module fixture of 15-20 s, made once, not on every worker).
+_GROUPS = {"docker": "docker", "test_ray.py": "ray", "test_report.py": "report"}
+#: Files of long tests (tens of seconds each): handed out first, after the groups, so that no
+#: worker is left with one of them while the others sit idle at the end of a run.
+_LONG = frozenset(
+    {
+        "test_warm.py",
+        "test_reward_integrity.py",
+        "test_published.py",
+        "test_lmr.py",
+        "test_docs.py",
+        "test_cpu_share.py",
+        "test_runner.py",
+        "test_audit.py",
+    }
+)
+
+
+def _order(item: pytest.Item) -> int:
+    """Groups first, then long tests, then the rest (a stable sort: the same order on every
+    worker, as xdist requires)."""
+    if item.get_closest_marker("xdist_group") is not None:
+        return 0
+    return 1 if item.path.name in _LONG else 2
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
@@ -224,6 +247,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(_GROUPS["docker"]))
         elif item.path.name in _GROUPS:
             item.add_marker(pytest.mark.xdist_group(_GROUPS[item.path.name]))
+    items.sort(key=_order)
 
 
 @pytest.fixture(scope="session")

@@ -995,3 +995,13 @@ def test_the_watchdog_allows_a_docker_node_to_build_an_image() -> None:
     assert watchdog_s(60, 2, docker) == 60 + 2 * WATCHDOG_MARGIN_S + 3600
     assert backend_class("docker").preparation_s == 3600
     assert watchdog_s(60, 2, SandboxConfig(backend="bwrap")) == 60 + 2 * WATCHDOG_MARGIN_S
+
+
+def test_the_ray_tests_share_one_worker(request: pytest.FixtureRequest) -> None:
+    """Under ``make test`` (``--dist loadgroup``) every Ray test runs on one worker: xdist marks
+    each grouped test's node id with its group. A pytest that drops the mark (9.2 with xdist
+    3.8) would run clusters on Ray's fixed ports at the same time on several workers."""
+    worker = getattr(request.config, "workerinput", None)  # set in an xdist worker
+    if worker is None or "loadgroup" not in " ".join(worker.get("mainargv", [])):
+        pytest.skip("not distributed by group")
+    assert request.node.nodeid.endswith("@ray"), request.node.nodeid
