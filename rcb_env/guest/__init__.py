@@ -19,6 +19,7 @@ verdict rules are the protocol's), never the other way round: nothing here impor
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
@@ -51,7 +52,5 @@ def text(name: str) -> str:
 def ship(folder: Path, *names: str) -> None:
     """Copy guest modules ``names`` into ``folder`` under their own file names (how they import
     each other inside the sandbox)."""
-    import shutil
-
     for name in names:
         shutil.copyfile(source(name), folder / f"{name}.py")
