@@ -27,11 +27,20 @@ from rcb_env.validation.dispatcher import Dispatcher
     multiple=True,
     help="Only this attack, by its name in the table (repeatable; default: every attack).",
 )
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Attacks graded at once on this machine (most wait on their sandbox, one on its time "
+    "limit; concurrent attacks also test that one run cannot reach another).",
+)
 @dispatcher_option
 def hacks_cmd(
     sandbox: SandboxConfig,
     timeout: float,
     attack_names: tuple[str, ...],
+    jobs: int,
     dispatcher: Dispatcher,
 ) -> None:
     """Grade the reward-hack suite on this backend: every attack must score 0, the host must be
@@ -44,6 +53,6 @@ def hacks_cmd(
         attacks = chosen(attack_names)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--attack") from None
-    report = run_hack_suite(sandbox, dispatcher, attacks, timeout)
+    report = run_hack_suite(sandbox, dispatcher, attacks, timeout, jobs)
     print_hacks(out, report)
     sys.exit(EXIT_OK if report.ok else EXIT_FINDINGS)

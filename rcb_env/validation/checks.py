@@ -220,11 +220,15 @@ class HackReport:
 
 
 def run_hack_suite(
-    sandbox: SandboxConfig, dispatcher: Dispatcher, attacks: dict[str, str], timeout_s: float
+    sandbox: SandboxConfig,
+    dispatcher: Dispatcher,
+    attacks: dict[str, str],
+    timeout_s: float,
+    jobs: int = 1,
 ) -> HackReport:
     """Grade ``attacks`` (name -> body, :func:`~rcb_env.validation.hacks.chosen`) on the
-    bundled tasks through ``dispatcher``: every attack must score 0, the host must be unchanged
-    and the reference must still pass afterwards."""
+    bundled tasks through ``dispatcher`` (``jobs`` at once here): every attack must score 0,
+    the host must be unchanged and the reference must still pass afterwards."""
     pset = loader.load(loader.bundled_root())
     paper = pset.paper(TARGET[0])
     snippet = paper.snippet(TARGET[1])
@@ -251,7 +255,7 @@ def run_hack_suite(
                 reference = target.snippet(snippet_name).reference_body
                 grader_for(target).grade(target, target.snippet(snippet_name), reference)
             before = host_state(factory)
-            results = dispatcher.grade_attacks(pset, attacks, grader_for, factory.config)
+            results = dispatcher.grade_attacks(pset, attacks, grader_for, factory.config, jobs)
             left = leftovers(before, factory)
             # the next episode is clean: the honest answer still passes, in a fresh sandbox
             after = grader.grade(paper, snippet, snippet.reference_body)

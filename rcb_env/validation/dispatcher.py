@@ -59,9 +59,11 @@ class Dispatcher(Protocol):
         attacks: dict[str, str],
         grader_for: Callable[[Paper], Grader],
         sandbox: SandboxConfig,
+        jobs: int = 1,
     ) -> list[HackResult]:
         """Each attack of the reward-hack suite graded against its target snippet (by
-        ``grader_for``'s graders here, with their config on the nodes), in the suite's order."""
+        ``grader_for``'s graders here, ``jobs`` at once; with their config on the nodes), in
+        the suite's order."""
         ...
 
     def audit(
@@ -94,11 +96,12 @@ class Local:
         attacks: dict[str, str],
         grader_for: Callable[[Paper], Grader],
         sandbox: SandboxConfig,
+        jobs: int = 1,
     ) -> list[HackResult]:
         from rcb_env.validation.hacks import run_hacks
 
         del sandbox
-        return run_hacks(pset, grader_for, attacks)
+        return run_hacks(pset, grader_for, attacks, jobs)
 
     def audit(
         self, pset: Pset, factory: SandboxFactory, control: bool, meter: Meter
@@ -146,11 +149,14 @@ class OnRay:
         attacks: dict[str, str],
         grader_for: Callable[[Paper], Grader],
         sandbox: SandboxConfig,
+        jobs: int = 1,
     ) -> list[HackResult]:
         """The attacks of one target snippet graded together (the same verdicts as a local
         run; a refused attack is not graded again without the policy)."""
         from rcb_env.validation import jobs as ray_jobs
         from rcb_env.validation.hacks import HackResult, target_of
+
+        del jobs  # the targets' gradings are Ray jobs, spread by Ray
 
         by_target: dict[tuple[str, str], list[str]] = {}
         for name in attacks:

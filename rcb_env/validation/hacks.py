@@ -15,6 +15,7 @@ import tempfile
 import textwrap
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -513,17 +514,27 @@ def chosen(names: Sequence[str] = ()) -> dict[str, str]:
 
 
 def run_hacks(
-    pset: Pset, grader_for: Callable[[Paper], Grader], attacks: dict[str, str] | None = None
+    pset: Pset,
+    grader_for: Callable[[Paper], Grader],
+    attacks: dict[str, str] | None = None,
+    jobs: int = 1,
 ) -> list[HackResult]:
     """Grade each attack (default: the whole suite) as a submission for its target snippet of
     the bundled ``pset``; one the candidate policy refused is graded again without it, to show
-    what the run-time guards alone make of it."""
-    results = []
-    for name, body in (ATTACKS if attacks is None else attacks).items():
+    what the run-time guards alone make of it. ``jobs`` attacks are graded at once (the graders
+    are thread-safe; an attack that waits for the time limit then holds one slot, not the
+    suite); the rows come in the suite's order."""
+    chosen_attacks = ATTACKS if attacks is None else attacks
+    graders = {
+        target_of(name)[0]: grader_for(pset.paper(target_of(name)[0])) for name in chosen_attacks
+    }
+
+    def one(name: str) -> HackResult:
         paper_id, snippet_name = target_of(name)
         paper = pset.paper(paper_id)
         snippet = paper.snippet(snippet_name)
-        grader = grader_for(paper)
+        body = chosen_attacks[name]
+        grader = graders[paper_id]
         r = grader.grade(paper, snippet, body)
         runtime = None
         if r.kind is FailureKind.POLICY:
@@ -533,8 +544,12 @@ def run_hacks(
                 scratch=grader.scratch,
             )
             runtime = bare.grade(paper, snippet, body)
-        results.append(HackResult.of(name, r, runtime))
-    return results
+        return HackResult.of(name, r, runtime)
+
+    if jobs <= 1:
+        return [one(name) for name in chosen_attacks]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, chosen_attacks))
 
 
 class HostState(BaseModel):

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from rcb_agents.llm import ToolsAgent
 from rcb_agents.models import ModelConfig, RetryPolicy, make_model
-from rcb_agents.policy import OpenAIPolicy
 from rcb_agents.testing import Reply, ScriptedModelServer
 
 from rcb_env.agent import NUDGE, tools_system_prompt
@@ -98,6 +97,8 @@ def _tools_agent(paper: Paper, snippet: Snippet) -> list[list[dict[str, Any]]]:
 
 def _policy_agent(paper: Paper, snippet: Snippet) -> list[list[dict[str, Any]]]:
     with ScriptedModelServer(_script(), tokens=None) as server:
+        from rcb_agents.policy import OpenAIPolicy  # openai: imported where used
+
         policy = OpenAIPolicy("scripted", base_url=server.openai_url)
         factory = SandboxFactory(SandboxConfig(backend="fake"))
         cfg = RolloutConfig(env=ENV, grading=_grading())

@@ -182,7 +182,9 @@ def test_the_hacks_command_scores_every_attack_zero_on_bwrap(require_bwrap: None
     from rcb_env.validation.hacks import ATTACKS
 
     assert len(ATTACKS) >= 20
-    result = CliRunner().invoke(cli, ["hacks", "--sandbox", "bwrap"])
+    # A limit of 10 s (default 20): the attack that sleeps past it waits half as long; every
+    # other attack is graded beside it (--jobs, default 4)
+    result = CliRunner().invoke(cli, ["hacks", "--sandbox", "bwrap", "--timeout", "10"])
     assert result.exit_code == 0, result.output
     assert f"{len(ATTACKS)} of {len(ATTACKS)} attacks scored 0" in result.output
     assert "host unchanged" in result.output
@@ -196,7 +198,9 @@ def test_the_hacks_command_scores_every_attack_zero_on_docker(docker_images: str
 
     from rcb_env.cli import cli
 
-    result = CliRunner().invoke(cli, ["hacks", "--sandbox", "docker", "--base", docker_images])
+    result = CliRunner().invoke(
+        cli, ["hacks", "--sandbox", "docker", "--base", docker_images, "--timeout", "10"]
+    )
     assert result.exit_code == 0, result.output
     assert "attacks scored 0" in result.output
     assert "host unchanged" in result.output

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from inspect_ai.log import read_eval_log
 from rcb_agents.testing import Reply, ScriptedModelServer
 
 from rcb_env.task import bundled_root, load
@@ -79,6 +78,8 @@ def test_inspect_eval_plays_snippets_and_rcb_env_grades_them(
         requests = list(server.requests)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     (path,) = logs.glob("*.json")
+    from inspect_ai.log import read_eval_log  # 1 s to import: only where it is read
+
     log = read_eval_log(str(path))
     assert log.status == "success"
     scores = {str(s.id): (s.scores or {})["rcb_scorer"] for s in log.samples or []}

@@ -16,7 +16,6 @@ import pytest
 from rcb_env import config, tool_specs
 from rcb_env.grading import GradingConfig
 from rcb_env.integrations.bridge import ENDED, EpisodeBridge
-from rcb_env.integrations.mcp_server import build_server
 from rcb_env.results import read_records
 from rcb_env.results.records import EpisodeRecord
 from rcb_env.runner import BudgetConfig, EvalConfig, run_eval
@@ -186,6 +185,7 @@ def test_reward_hack_bodies_submitted_through_the_mcp_server_score_zero(
     import anyio
     from mcp.client.client import Client
 
+    from rcb_env.integrations.mcp_server import build_server
     from rcb_env.runner.eval import run_episode
     from rcb_env.validation.hacks import TARGET
     from tests.attacks import FRONT_DOOR as ATTACKS

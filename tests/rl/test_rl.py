@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rcb_agents.policy import OpenAIPolicy
 from rcb_agents.testing import Reply, ScriptedModelServer
 
 from rcb_env import config
@@ -75,6 +74,8 @@ def test_token_fidelity_and_the_flat_view_when_turns_extend_each_other(
 ) -> None:
     paper, snippet = task
     with ScriptedModelServer(_solve(snippet), tokens="append") as server:
+        from rcb_agents.policy import OpenAIPolicy  # openai: imported where used
+
         policy = OpenAIPolicy("scripted", base_url=server.openai_url, weight_version="v7")
         t = asyncio.run(rollout(paper, snippet, policy, config=CFG, sandbox=_bwrap()))
         assert all(
@@ -112,6 +113,8 @@ def test_a_history_rewriting_template_gives_per_turn_rows_never_a_flat_view(
 ) -> None:
     paper, snippet = task
     with ScriptedModelServer(_solve(snippet), tokens="rewrite") as server:
+        from rcb_agents.policy import OpenAIPolicy  # openai: imported where used
+
         policy = OpenAIPolicy("scripted", base_url=server.openai_url)
         t = asyncio.run(rollout(paper, snippet, policy, config=CFG, sandbox=_bwrap()))
     assert t.reward == 2.0
@@ -125,6 +128,8 @@ def test_a_server_without_tokens_gives_messages_only(
 ) -> None:
     paper, snippet = task
     with ScriptedModelServer(_solve(snippet), tokens=None) as server:
+        from rcb_agents.policy import OpenAIPolicy  # openai: imported where used
+
         policy = OpenAIPolicy("scripted", base_url=server.openai_url)
         t = asyncio.run(rollout(paper, snippet, policy, config=CFG, sandbox=_bwrap()))
     assert (t.reward, t.tokens, t.flat) == (2.0, "none", None)

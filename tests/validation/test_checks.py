@@ -96,6 +96,7 @@ class _Recorder:
         attacks: dict[str, str],
         grader_for: Callable[[Paper], Grader],
         sandbox: SandboxConfig,
+        jobs: int = 1,
     ) -> list[HackResult]:
         raise AssertionError("not asked for here")
 
@@ -170,3 +171,30 @@ def test_the_audit_command_passes_the_dispatcher_of_its_flag(
         assert result.exit_code == 0, result.output
         assert "0 findings over 3 snippets" in result.output
         assert isinstance(seen[-1], kind)
+
+
+def test_the_hack_suite_grades_its_attacks_at_once_and_reports_them_in_order(
+    tmp_path: Path,
+) -> None:
+    """``--jobs``: an attack that waits for the time limit holds one slot, not the suite."""
+    import time
+
+    from rcb_env import config
+    from rcb_env.task import bundled_root
+    from rcb_env.validation.hacks import ATTACKS, run_hacks
+    from tests.conftest import local_grader
+
+    pset = load(bundled_root())
+    timeout_s = 2.0
+    grader = local_grader(
+        GradingConfig(python=config.task_python(), timeout_s=timeout_s, candidate_policy=False),
+        scratch=tmp_path,
+    )
+    sleep = ATTACKS["sleep past the timeout"]
+    attacks = {f"sleep {i}": sleep for i in range(3)}
+    start = time.monotonic()
+    rows = run_hacks(pset, lambda _paper: grader, attacks, jobs=3)
+    took = time.monotonic() - start
+    assert [r.attack for r in rows] == list(attacks)
+    assert all(not r.passed and not r.excluded and r.kind == FailureKind.TIMEOUT for r in rows)
+    assert took < 2 * timeout_s + 1.5, took  # one after another: at least 3 x the limit
