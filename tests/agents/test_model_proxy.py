@@ -19,8 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anthropic
-import openai
 import pytest
 from rcb_agents import clis
 from rcb_agents.models.pricing import Price
@@ -90,6 +88,8 @@ def test_anthropic_stream_through_the_proxy(
     tap = proxy.open_episode()
     server.extend([Reply(tool_calls=(("Write", {"file_path": "a.py", "content": "x = 1\n"}),),
                          input_tokens=100, output_tokens=7, cached_tokens=30)])  # fmt: skip
+    import anthropic  # the SDKs: imported where used, not at collection
+
     client = anthropic.Anthropic(base_url=proxy.url, api_key=tap.token, max_retries=0)
     messages: Any = [
         {"role": "user", "content": "write a.py"},
@@ -125,6 +125,8 @@ def test_responses_stream_through_the_proxy(
     tap = proxy.open_episode()
     server.extend([Reply(tool_calls=(("exec_command", {"cmd": "ls"}),), cached_tokens=10),
                    Reply(text="done")])  # fmt: skip
+    import openai
+
     client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=tap.token, max_retries=0)
     with client.responses.stream(model="m", input="list") as stream:
         first = stream.get_final_response()
@@ -295,6 +297,8 @@ def test_passthrough_forwards_the_clients_own_credentials(server: ScriptedModelS
     client's credentials, as before."""
     server.extend([Reply(text="hi")])
     with RecordingProxy(server.url) as p:
+        import openai
+
         client = openai.OpenAI(base_url=p.url + "/v1", api_key=KEY, max_retries=0)
         out = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
         assert out.choices[0].message.content == "hi"
@@ -542,6 +546,8 @@ def test_malformed_and_oversized_requests_are_refused_before_their_body_is_read(
         sock.sendall(f'{head}Content-Length: 1000\r\n\r\n{{"model"'.encode())
     assert server.requests == []
     server.extend([Reply(text="fine")])
+    import openai
+
     client = openai.OpenAI(base_url=proxy.url, api_key=tap.token, max_retries=0)
     done = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     assert done.choices[0].message.content == "fine"
@@ -590,6 +596,8 @@ def test_more_clients_than_the_cap_wait_for_a_slot(server: ScriptedModelServer) 
         taps = [p.open_episode() for _ in range(4)]
 
         def ask(token: str) -> str | None:
+            import openai
+
             client = openai.OpenAI(base_url=p.url, api_key=token, max_retries=0)
             answer = client.chat.completions.create(
                 model="m", messages=[{"role": "user", "content": "x"}]
