@@ -7,10 +7,15 @@ BIN := $(VENV)/bin
 RCB_ENV_HOME ?= /opt/rcb-env
 MYPY_CACHE ?= $(RCB_ENV_HOME)/cache/mypy
 
-.PHONY: install check static test pytest tests tests-exclusive test-fast docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence harbor-published grpo-example bench-rl-scale first-observation strength bench-mutants published-docker clean
+.PHONY: install install-core check static test pytest tests tests-exclusive test-fast docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence harbor-published grpo-example bench-rl-scale first-observation strength bench-mutants published-docker clean
 
 install:
 	bash scripts/install.sh
+
+# What every command and test needs (scripts/install.sh core); `make test` installs the rest
+# (Harbor, inspect, the agent CLIs) beside the static checks and the exclusive tests.
+install-core:
+	bash scripts/install.sh core
 
 check: install
 	$(MAKE) --no-print-directory static
@@ -23,11 +28,13 @@ static:
 	@site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT && \
 		NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir "$$site"
 
-# The static checks at the same time as the tests marked `exclusive` (they look at the whole
-# host, so no other test may run meanwhile; mypy and mkdocs touch nothing they look at), then the
-# other tests on three workers. All must pass. One Docker engine serves both pytest runs.
-test: install
-	bash scripts/with-dockerd.sh $(MAKE) --no-print-directory -j2 static tests
+# The static checks and the rest of the install (Harbor, inspect, the agent CLIs: none of the
+# exclusive tests uses them) at the same time as the tests marked `exclusive` (they look at the
+# whole host, so no other test may run meanwhile; mypy, mkdocs, uv and npm touch nothing they
+# look at, and those tests mostly wait: on a time limit, on Docker), then the other tests on
+# three workers. All must pass. One Docker engine serves both pytest runs.
+test: install-core
+	bash scripts/with-dockerd.sh $(MAKE) --no-print-directory -j3 static tests
 
 # Every test. The docker tests need an engine: scripts/with-dockerd.sh uses a running one or
 # starts a private one for the duration of the run (and stops it by its pid).
@@ -38,7 +45,7 @@ pytest:
 # folder of their own (tests/conftest.py); then the rest on three workers on two cores (most
 # tests wait on subprocesses): the Docker tests on one worker, the Ray tests on one worker. The
 # 25 slowest tests are listed at the end.
-tests: tests-exclusive
+tests: tests-exclusive install
 	$(BIN)/pytest -n 3 --dist loadgroup -m "not exclusive" --durations=25
 
 tests-exclusive:

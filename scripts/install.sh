@@ -12,8 +12,15 @@
 #
 # Settings: PYTHON (interpreter for .venv, default python3), RCB_ENV_HOME (default /opt/rcb-env),
 # TASK_PYTHON_BASE (interpreter the task venv is made from, default /usr/bin/python3).
+#
+# `install.sh core` stops after step 3 (rcb-env, its task interpreter, the system packages): what
+# every command and test needs. `make test` runs it first, then the whole script beside the
+# static checks and the tests that look at the whole host, which leave the machine's cores
+# mostly idle (steps 1-3 are then quick no-ops).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+part=${1:-all}
+case $part in all | core) ;; *) echo "usage: $0 [core]" >&2; exit 2 ;; esac
 
 PYTHON=${PYTHON:-python3}
 RCB_ENV_HOME=${RCB_ENV_HOME:-/opt/rcb-env}
@@ -89,6 +96,18 @@ if [ "$(cat "$tv/.rcb-stamp" 2>/dev/null)" != "$want" ]; then
   pip_in "$tv/bin/python" install -q -r tasks/requirements.txt
   echo "$want" > "$tv/.rcb-stamp"
 fi
+finish() {
+  # rcb-env's own modules compiled once (where PYTHONDONTWRITEBYTECODE is set, every process
+  # would compile them again; Python still reads what is there).
+  .venv/bin/python -m compileall -q -j 0 rcb_env agents rcb_verifiers >/dev/null || true
+  chmod -R a+rX "$RCB_ENV_HOME"
+  say "done ($part): .venv/bin/rcb-env; task interpreter $tv/bin/python"
+}
+if [ "$part" = core ]; then
+  finish
+  exit 0
+fi
+
 # Steps 4 and 5 install with uv (from the verifiers extra in .venv): neither venv holds torch, and
 # uv takes seconds where pip takes minutes.
 # 4. Harbor (`rcb-env export harbor` tasks, ATIF trajectories checked with its models) needs
@@ -149,9 +168,4 @@ else
   say "WARNING: npm not found: the agent CLIs (rcb_agents/clis.py) are not installed"
 fi
 
-# rcb-env's own modules compiled once (where PYTHONDONTWRITEBYTECODE is set, every process
-# would compile them again; Python still reads what is there).
-.venv/bin/python -m compileall -q -j 0 rcb_env agents rcb_verifiers >/dev/null || true
-
-chmod -R a+rX "$RCB_ENV_HOME"
-say "done: .venv/bin/rcb-env; task interpreter $tv/bin/python"
+finish
