@@ -23,6 +23,7 @@ from rcb_env.tools.chat import NUDGE as NUDGE  # noqa: PLC0414
 from rcb_env.tools.chat import tools_system_prompt as tools_system_prompt  # noqa: PLC0414
 
 if TYPE_CHECKING:
+    from rcb_env.sandbox.program import ProgramRunner
     from rcb_env.task.models import Pset
 
 
@@ -68,6 +69,36 @@ class MeteredAgent(Protocol):
     def drain_calls(self) -> Sequence[Any]:
         """The model calls made since the last drain (pydantic models or JSON-able dicts)."""
         ...
+
+
+@runtime_checkable
+class ProgramAgent(Protocol):
+    """An agent that is a program of its own (an agent CLI), run inside the episode's sandbox:
+    :meth:`work` starts it in the masked workspace with the task statement as its prompt,
+    through the ``runner`` the episode driver hands it (one program with the sandbox's
+    isolation, a few more read-only folders and its own environment; not a tool any model
+    sees). It edits the files with its own tools and exits; the driver then grades the snippet
+    region of the edited file exactly like a ``submit`` without a body. Its ``end`` and
+    ``describe`` are :class:`Agent`'s; a metered one (:class:`MeteredAgent`) has its model
+    calls recorded on the episode."""
+
+    name: str
+
+    def work(self, statement: str, info: dict[str, Any], runner: ProgramRunner) -> str:
+        """Run the program to its end; why it ended (a
+        :class:`~rcb_env.episode.outcome.StopReason`): ``agent_stopped`` (it exited, with
+        success or not: the agent's own doing, said in :meth:`describe`) or the budget that
+        stopped it (``budget_wall_s`` when the runner killed it, ``budget_tokens``, ...).
+
+        Raises:
+            ModelError: the model endpoint failed it (an infrastructure failure).
+            SandboxError: the sandbox could not run it.
+        """
+        ...
+
+    def end(self, info: dict[str, Any]) -> None: ...
+
+    def describe(self) -> dict[str, Any]: ...
 
 
 class OutOfBudget(Exception):
@@ -117,6 +148,20 @@ class AgentRegistry(Protocol):
 
         Raises:
             ValueError: invalid settings.
+        """
+        ...
+
+    def agent_programs(self) -> list[dict[str, Any]]:
+        """The agents that are programs of their own (agent CLIs): name, version, installed,
+        wire format."""
+        ...
+
+    def install_agent_program(self, name: str, log: Callable[[str], None]) -> str:
+        """Install one (pinned, into the rcb-env home); its folder.
+
+        Raises:
+            ValueError: unknown name.
+            ConfigError: the install failed.
         """
         ...
 
@@ -233,5 +278,26 @@ def agent_factory(
     registry = _registry()
     try:
         return registry.factory(spec, pset, model=model, options=options or {})
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def agent_programs() -> list[dict[str, Any]]:
+    """The built-in agent CLIs (``rcb-env agents list``).
+
+    Raises:
+        ConfigError: the built-in agents are not installed.
+    """
+    return _registry().agent_programs()
+
+
+def install_agent_program(name: str, log: Callable[[str], None] = lambda _m: None) -> str:
+    """Install the built-in agent CLI ``name`` (``rcb-env agents install``); its folder.
+
+    Raises:
+        ConfigError: unknown name, or the install failed.
+    """
+    try:
+        return _registry().install_agent_program(name, log)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None

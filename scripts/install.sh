@@ -146,26 +146,12 @@ if [ "$(cat .venv/inspect/.rcb-stamp 2>/dev/null)" != "$want" ]; then
   echo "$want" > .venv/inspect/.rcb-stamp
 fi
 
-# 6. The agent CLIs rcb-env runs inside an episode's sandbox (pinned in rcb_agents/clis.py), from
-# npm, each in a folder of its own, $RCB_ENV_HOME/agents/<name>-<version>/ (bound read-only into
-# the sandbox; outside any home folder so the sandbox user can read it); offline afterwards.
-if command -v npm >/dev/null 2>&1; then
-  pinned=$(.venv/bin/python -c 'from rcb_agents.clis import CLIS
-for c in CLIS.values(): print(c.name, c.version, c.package)')
-  while read -r name version package; do
-    dest="$RCB_ENV_HOME/agents/$name-$version"
-    [ "$(cat "$dest/.rcb-stamp" 2>/dev/null)" = "$package@$version" ] && continue
-    say "installing the agent CLI $package@$version into $dest"
-    rm -rf "$dest.partial"
-    mkdir -p "$dest.partial"
-    # (its engine warning is expected: the native binary it ships needs no node at run time)
-    npm install --prefix "$dest.partial" --no-audit --no-fund --loglevel=error "$package@$version"
-    echo "$package@$version" > "$dest.partial/.rcb-stamp"
-    rm -rf "$dest"
-    mv "$dest.partial" "$dest"
-  done <<< "$pinned"
-else
-  say "WARNING: npm not found: the agent CLIs (rcb_agents/clis.py) are not installed"
-fi
+# 6. The agent CLIs rcb-env runs inside an episode's sandbox (pinned in rcb_agents/clis.py:
+# Claude Code and Codex from npm, mini-swe-agent from PyPI), each in a folder of its own,
+# $RCB_ENV_HOME/agents/<name>-<version>/ (bound read-only into the sandbox; outside any home
+# folder so the sandbox user can read it); offline afterwards. The same code as
+# `rcb-env agents install NAME`.
+RCB_ENV_HOME="$RCB_ENV_HOME" TASK_PYTHON_BASE="$TASK_PYTHON_BASE" \
+  .venv/bin/python -m rcb_agents.clis install | sed 's/^\[install\] //' | while read -r line; do say "$line"; done
 
 finish

@@ -97,12 +97,42 @@ def _framework(kind: str) -> Callable[[Request], Factory]:
     return build
 
 
+def _cli(name: str) -> Callable[[Request], Factory]:
+    """An agent CLI run inside the episode's sandbox (:mod:`rcb_agents.cli_agent`), its model
+    behind the run's one proxy."""
+
+    def build(req: Request) -> Factory:
+        from rcb_agents.cli_agent import CliAgent, RunProxy
+        from rcb_agents.clis import ADAPTERS
+        from rcb_agents.models import ModelConfig
+
+        adapter = ADAPTERS[name]
+        cli = adapter.cli
+        if req.model is None:
+            raise ValueError(f"agent {name} needs --model {cli.provider}:NAME (and --base-url)")
+        cfg = ModelConfig.model_validate(req.model)
+        if cfg.provider != cli.provider:
+            raise ValueError(f"agent {name} speaks to {cli.provider} models: --model "
+                             f"{cli.provider}:NAME, not {cfg.spec}")  # fmt: skip
+        if cli.executable() is None:
+            raise ValueError(f"agent {name} {cli.version} is not installed: "
+                             f"rcb-env agents install {name}")  # fmt: skip
+        proxy = RunProxy(cfg)
+        return lambda: CliAgent(adapter, cfg, proxy)
+
+    return build
+
+
+#: The agent CLIs by name (rcb_agents.clis.CLIS; named here so that listing them imports none).
+CLI_AGENTS = ("claude-code", "codex", "mini-swe-agent-cli")
+
 AGENTS: dict[str, Callable[[Request], Factory]] = {
     "oracle": _oracle,
     "null": _null,
     "single-shot": _llm("single-shot"),
     "tools": _llm("tools"),
     **{name: _framework(name) for name in FRAMEWORKS},
+    **{name: _cli(name) for name in CLI_AGENTS},
 }
 
 
@@ -151,3 +181,26 @@ def model_settings(settings: dict[str, Any]) -> dict[str, Any]:
     from rcb_agents.models import ModelConfig
 
     return ModelConfig.model_validate(settings).model_dump(mode="json")
+
+
+def agent_programs() -> list[dict[str, Any]]:
+    """The agent CLIs: name, version, installed or not, wire format (``rcb-env agents
+    list``)."""
+    from rcb_agents.clis import listing
+
+    return listing()
+
+
+def install_agent_program(name: str, log: Callable[[str], None]) -> str:
+    """Install the agent CLI ``name`` (what ``scripts/install.sh`` runs too); its folder.
+
+    Raises:
+        ValueError: unknown name.
+        ConfigError: the install failed.
+    """
+    from rcb_agents.clis import CLIS, install
+
+    cli = CLIS.get(name)
+    if cli is None:
+        raise ValueError(f"unknown agent CLI {name!r}: one of {', '.join(CLIS)}")
+    return str(install(cli, log=log))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from rcb_env.cli import (
+    agents,
     audit,
     benchmark,
     conformance,
@@ -24,6 +25,7 @@ from rcb_env.errors import RcbError
 
 __all__ = ["cli", "main"]
 _COMMANDS = (
+    agents,
     audit,
     benchmark,
     conformance,

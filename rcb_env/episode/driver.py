@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rcb_env.agent import Agent, MeteredAgent, OutOfBudget
+from rcb_env.agent import Agent, MeteredAgent, OutOfBudget, ProgramAgent
 from rcb_env.episode.config import BudgetConfig, EnvConfig, EpisodeConfig
 from rcb_env.episode.env import RcbEnv
 from rcb_env.episode.outcome import EpisodeOutcome, StepRecord, StopReason
@@ -36,6 +36,7 @@ from rcb_env.episode.wrappers import Budgets
 from rcb_env.errors import InfraError, Stage, infra_error
 from rcb_env.grading.grader import GradingConfig
 from rcb_env.sandbox import SandboxFactory
+from rcb_env.sandbox.program import ProgramRunner
 from rcb_env.task.models import Paper, Snippet
 from rcb_env.tools.actions import tool_specs
 
@@ -270,6 +271,8 @@ class Episode:
                 charged = (tokens, cost)
 
         obs, info = self._start if self._start is not None else self.start()
+        if isinstance(agent, ProgramAgent):
+            return self._work(agent, obs, info, drain, charge)
         try:
             if not self.done:
                 self.stage = "agent"
@@ -303,6 +306,43 @@ class Episode:
                 )
         drain(len(self.steps))  # an agent that crashed mid-call
         charge()  # calls made after the last step (a framework's closing turn)
+        assert self.outcome is not None
+        return self.outcome
+
+    def _work(
+        self,
+        agent: ProgramAgent,
+        obs: str,
+        info: dict[str, Any],
+        drain: Any,
+        charge: Any,
+    ) -> EpisodeOutcome:
+        """:meth:`run` for an agent that is a program in the sandbox: it works until it exits
+        or a budget ends it, then the workspace is graded as it stands (``truncated``: with
+        the budget's reason, or ``agent_stopped``); an endpoint's or the sandbox's failure is
+        an infrastructure outcome."""
+        if not self.done:
+            assert self._inner is not None
+            assert self._inner.sandbox is not None
+            runner = ProgramRunner(self._inner.sandbox, self.remaining()["wall_s"])
+            self.stage = "agent"
+            try:
+                reason = StopReason(agent.work(obs, info, runner))
+            except Exception as exc:
+                drain(0)
+                charge()
+                error = infra_error(exc, "agent")
+                if error is None:
+                    error = InfraError(
+                        stage="agent", type=type(exc).__name__, message=str(exc)[:2000]
+                    )
+                self.outcome = EpisodeOutcome.failed(error)
+            else:
+                drain(0)
+                charge()
+                obs, _r, _t, _tr, info = self.stop(reason)
+        with contextlib.suppress(Exception):
+            agent.end({**info, "observation": obs})
         assert self.outcome is not None
         return self.outcome
 

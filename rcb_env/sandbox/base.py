@@ -12,7 +12,7 @@ import threading
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
@@ -31,6 +31,7 @@ __all__ = [
     "Command",
     "Executor",
     "Limits",
+    "Program",
     "Sandbox",
     "SandboxConfig",
     "WarmPath",
@@ -119,6 +120,25 @@ class Command:
     """It is a new warm process's probe (:meth:`WarmPath.claim_probe`: the first run, of the
     pristine paper): after it the warm process also imports what it imported. Cold executors
     ignore it."""
+
+
+@dataclass(frozen=True)
+class Program:
+    """One program run to its end in an episode's sandbox (:meth:`Sandbox.run_program`): an
+    agent that is a program of its own (an agent CLI), started in the workspace, with the
+    sandbox's isolation (no network), a few more host folders read-only, and a writable home
+    folder of its own (:attr:`Sandbox.program_home_inside`)."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Its environment, over the sandbox's own (``HOME`` is its home folder)."""
+    read_only: tuple[str, ...] = ()
+    """Host folders bound read-only at their own paths (its install folder, the folder of the
+    model proxy's socket)."""
+    files: Mapping[str, str] = field(default_factory=dict)
+    """Files written into its home folder before it starts (path relative to it -> text)."""
+    timeout_s: float = 1800.0
+    """Wall-clock limit: the program and everything it started is killed then."""
 
 
 BackendName = str
@@ -242,6 +262,9 @@ class Sandbox(ABC):
     #: protocol's and the audit scanner) appears to commands; None: at its host path.
     control_mount: str | None = None
 
+    #: Where an agent program's home folder appears to it (:meth:`run_program`).
+    program_home_inside: str = "/agent"
+
     @property
     def control_inside(self) -> str:
         """The control folder as commands in the sandbox see it."""
@@ -307,6 +330,39 @@ class Sandbox(ABC):
 
     @abstractmethod
     def _stop_session(self) -> None: ...
+
+    @property
+    def program_python(self) -> str:
+        """An interpreter a program can run in this sandbox (a forwarder's)."""
+        return "/usr/bin/python3"
+
+    @property
+    def program_home(self) -> Path:
+        """The host side of an agent program's home folder (its state and result files, read
+        after it ends; gone when the sandbox closes)."""
+        return self.root / "program-home"
+
+    def run_program(self, program: Program) -> ExecResult:
+        """Run ``program`` to its end (or its ``timeout_s``: ``timed_out``) in the workspace,
+        with this sandbox's isolation, its ``read_only`` folders, and a fresh home folder
+        holding its ``files`` (:attr:`program_home`, :attr:`program_home_inside` inside).
+        Not a tool: the episode driver runs an agent program through it.
+
+        Raises:
+            SandboxError: this backend cannot run programs, or could not start it.
+        """
+        raise SandboxError(f"the {self.backend} backend cannot run an agent program")
+
+    def _program_home(self, program: Program) -> Path:
+        """A fresh home folder with the program's files (given to the sandbox's user)."""
+        home = self.program_home
+        if home.exists():
+            scratch_dirs.discard(home)
+        home.mkdir(mode=0o755)
+        for rel, text in program.files.items():
+            ws.write_text(home, rel, text)
+        self._prepare_tree(home)
+        return home
 
     def _prepare_tree(self, path: Path) -> None:  # noqa: B027 - an optional hook
         """Make a host folder usable by the sandboxed user (e.g. chown); by default nothing."""

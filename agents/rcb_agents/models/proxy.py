@@ -120,13 +120,26 @@ class Tap:
 
     def spent(self) -> str | None:
         """The budget that is spent, as a sentence; None while every one has room."""
+        found = self._spent()
+        return found[1] if found is not None else None
+
+    @property
+    def cut_off_budget(self) -> Literal["tokens", "cost", "model_calls"] | None:
+        """Which budget ended the episode (:attr:`cut_off`) by its name in the episode's
+        budgets; None if none did."""
+        if self.cut_off is None:
+            return None
+        found = self._spent()
+        return found[0] if found is not None else None
+
+    def _spent(self) -> tuple[Literal["tokens", "cost", "model_calls"], str] | None:
         b = self.budget
         if b.tokens is not None and self.tokens >= b.tokens:
-            return f"token budget spent ({self.tokens} of {b.tokens})"
+            return "tokens", f"token budget spent ({self.tokens} of {b.tokens})"
         if b.cost_usd is not None and self.cost >= b.cost_usd:
-            return f"cost budget spent (${self.cost:.4f} of ${b.cost_usd:.4f})"
+            return "cost", f"cost budget spent (${self.cost:.4f} of ${b.cost_usd:.4f})"
         if b.calls is not None and self.requests >= b.calls:
-            return f"model-call budget spent ({self.requests} of {b.calls})"
+            return "model_calls", f"model-call budget spent ({self.requests} of {b.calls})"
         return None
 
     def drain(self) -> list[ModelCall]:

@@ -34,6 +34,7 @@ from rcb_env.sandbox.base import (
     Command,
     Executor,
     Limits,
+    Program,
     Sandbox,
     SandboxConfig,
     WarmPath,
@@ -379,6 +380,61 @@ class BwrapSandbox(Sandbox):
 
     def executor(self) -> Executor:
         return BwrapExecutor(self.config, self._scratch)
+
+    @property
+    def program_python(self) -> str:
+        return self.python
+
+    def run_program(self, program: Program) -> ExecResult:
+        """The program in this sandbox's profile (``--unshare-all``: no network; the workspace
+        writable at :attr:`workspace_inside`, its home at :attr:`program_home_inside`, its
+        folders read-only), behind the keyring guard, in a cgroup of its own."""
+        if self.closed:
+            raise SandboxError("sandbox is closed")
+        home = self._program_home(program)
+        venv_bin = str(Path(self.python).parent)
+        env = {
+            "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": self.program_home_inside,
+            "LANG": "C.UTF-8",
+            "TERM": "dumb",
+            **self.config.env,
+            **program.env,
+        }
+        group = self.options.group(self.config.limits)
+        try:
+            launcher = bwrap_command(
+                binds=[
+                    (str(self.workspace), self.workspace_inside),
+                    (str(home), self.program_home_inside),
+                ],
+                ro_binds=(
+                    *_python_prefixes(self.python),
+                    *map(str, self.options.read_only),
+                    *program.read_only,
+                ),
+                cwd=self.workspace_inside,
+                env=env,
+                limits=self.config.limits,
+                identity=self._identity,
+            )
+            local = LocalExecutor(output_limit=self.config.output_limit, scratch=self._scratch)
+            result = local.run(
+                Command(
+                    argv=(
+                        *group.enter_command(),
+                        *launcher,
+                        *keyring_guard(self.python),
+                        *program.argv,
+                    ),
+                    cwd=self.root,
+                    env={"PATH": os.environ.get("PATH", os.defpath)},
+                    timeout_s=program.timeout_s,
+                )
+            )
+            return with_oom(result, 0, group.memory_events())
+        finally:
+            group.remove()
 
     def _stop_session(self) -> None:
         if self._session is not None:
