@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 RCB_ENV_HOME ?= /opt/rcb-env
 MYPY_CACHE ?= $(RCB_ENV_HOME)/cache/mypy
 
-.PHONY: install install-core check static test pytest tests tests-exclusive test-fast docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence harbor-published grpo-example bench-rl-scale first-observation strength bench-mutants published-docker clean
+.PHONY: install install-core check static test pytest tests tests-exclusive test-fast test-agent-clis acceptance-agent-clis bench-agent-cli docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence harbor-published grpo-example bench-rl-scale first-observation strength bench-mutants published-docker clean
 
 install:
 	bash scripts/install.sh
@@ -46,7 +46,7 @@ pytest:
 # tests wait on subprocesses): the Docker tests on one worker, the Ray tests on one worker. The
 # 25 slowest tests are listed at the end.
 tests: tests-exclusive install
-	$(BIN)/pytest -n 3 --dist loadgroup -m "not exclusive" --durations=25
+	$(BIN)/pytest -n 3 --dist loadgroup -m "not exclusive and not agent_clis" --durations=25
 
 tests-exclusive:
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
@@ -62,6 +62,19 @@ test-fast: install
 docs: install
 	@out=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir "$$out" && \
 		echo "docs: $$out/index.html"
+
+# The agent CLIs' longer tests (mini-swe-agent's run, docker), left out of `make test`.
+test-agent-clis: install
+	bash scripts/with-dockerd.sh $(BIN)/pytest -m agent_clis tests/agents -v --durations=10
+
+# The agent CLIs' acceptance (not in `make test`; after `make published`): `rcb-env eval` of
+# claude-code and codex over the published runnable set against a scripted model of ours that
+# plays each CLI's own tools, with the reference body and with a wrong one.
+acceptance-agent-clis: install
+	$(BIN)/python -m benchmarks.accept_agent_clis --pset researchcodebench --jobs 2
+
+bench-agent-cli: install
+	$(BIN)/python -m benchmarks.bench_agent_cli
 
 fmt:
 	$(BIN)/ruff format .

@@ -82,9 +82,13 @@ def to_atif(
     session_id: str,
     agent: dict[str, Any] | None = None,
     grade: dict[str, Any] | None = None,
+    model_calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One trajectory as an ATIF document (a JSON object). ``agent``: the run's agent
-    description (name, model), ``grade``: the grader's verdict when the run recorded it."""
+    description (name, model), ``grade``: the grader's verdict when the run recorded it,
+    ``model_calls``: the episode's model calls as recorded (an agent whose conversation rcb-env
+    does not see, an agent CLI behind the proxy: their usage, cost and latency in ``extra``
+    and the token totals)."""
     steps: list[dict[str, Any]] = []
     calls = list(t.calls)
     assistant_turn = 0
@@ -163,10 +167,10 @@ def to_atif(
     }
     if grade is not None:
         extra["grade"] = grade
-    totals: dict[str, Any] = {"total_steps": len(steps)}
-    if calls:
-        totals["total_prompt_tokens"] = sum(c.input_tokens for c in calls)
-        totals["total_completion_tokens"] = sum(c.output_tokens for c in calls)
+    totals = _totals(len(steps), calls, model_calls or [])
+    if model_calls:
+        extra["model_calls"] = model_calls
+        extra["cost_usd"] = round(sum(float(c.get("cost") or 0.0) for c in model_calls), 6)
     return {
         "schema_version": ATIF_VERSION,
         "session_id": session_id,
@@ -181,6 +185,23 @@ def to_atif(
         "final_metrics": totals,
         "extra": extra,
     }
+
+
+def _totals(
+    steps: int, calls: list[ModelTurn], model_calls: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The final metrics: from the trajectory's model turns, or (an agent whose conversation
+    is not recorded) from its recorded model calls."""
+    totals: dict[str, Any] = {"total_steps": steps}
+    if calls:
+        totals["total_prompt_tokens"] = sum(c.input_tokens for c in calls)
+        totals["total_completion_tokens"] = sum(c.output_tokens for c in calls)
+    elif model_calls:
+        usage = [c.get("usage") or {} for c in model_calls]
+        totals["total_prompt_tokens"] = sum(int(u.get("input_tokens") or 0) for u in usage)
+        totals["total_completion_tokens"] = sum(int(u.get("output_tokens") or 0) for u in usage)
+        totals["total_cached_tokens"] = sum(int(u.get("cached_tokens") or 0) for u in usage)
+    return totals
 
 
 def _file_name(t: Trajectory, seen: set[str]) -> str:
@@ -217,6 +238,7 @@ def export_atif(run_dir: Path, dest: Path) -> list[Path]:
                 if r.grade is not None
                 else None
             ),
+            model_calls=r.model_calls,
         )
         path = dest / _file_name(t, seen)
         path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Literal
@@ -80,7 +80,7 @@ class ScriptedModelServer:
 
     ``unix_socket``: also listen on this socket file (as the model proxy does for a sandbox).
     ``api_key``: answer 401 to a request that does not carry it (``x-api-key`` or ``Bearer``),
-    as a real endpoint does; None accepts any."""
+    as a real endpoint does; None accepts any. ``responder``: see :attr:`responder`."""
 
     def __init__(
         self,
@@ -89,8 +89,13 @@ class ScriptedModelServer:
         tokens: Literal["append", "rewrite"] | None = None,
         unix_socket: Path | None = None,
         api_key: str | None = None,
+        responder: Callable[[str, dict[str, Any]], Reply | Fault | None] | None = None,
     ) -> None:
         self.script: list[Reply | Fault] = list(script)
+        self.responder = responder
+        """Answers a request (its path and JSON body) instead of the script, which serves
+        where it returns None: a server for many conversations at once (an evaluation of a
+        whole set, each episode's own answer found in its request)."""
         self.tokens = tokens
         self._sampled: dict[str, list[int]] = {}
         """assistant message (as rendered) -> the ids sampled for it"""
@@ -232,7 +237,8 @@ class ScriptedModelServer:
 
             def _answer(self, body: dict[str, Any]) -> None:
                 wire = self._format()
-                item = server._next()
+                found = server.responder(self.path, body) if server.responder else None
+                item = found if found is not None else server._next()
                 while isinstance(item, Fault) and item.status == 0:
                     time.sleep(item.delay_s)
                     item = server._next()

@@ -45,7 +45,15 @@ from rcb_env.sandbox.backends.docker.engine import (
 )
 from rcb_env.sandbox.backends.docker.images import LABEL
 from rcb_env.sandbox.backends.docker.pool import ContainerPool, Slot, cpu_options
-from rcb_env.sandbox.base import Command, Executor, Sandbox, SandboxConfig, WarmPath, chown_tree
+from rcb_env.sandbox.base import (
+    Command,
+    Executor,
+    Program,
+    Sandbox,
+    SandboxConfig,
+    WarmPath,
+    chown_tree,
+)
 from rcb_env.sandbox.session import ShellSession
 from rcb_env.sandbox.warm import WarmLaunch, WarmPool
 from rcb_env.task.models import Paper
@@ -119,6 +127,40 @@ class DockerSandbox(Sandbox):
     def executor(self) -> Executor:
         return DockerExecutor(self.slot.image, self.config, self.slot.docker)
 
+    @property
+    def program_python(self) -> str:
+        return INTERPRETER
+
+    def run_program(self, program: Program) -> ExecResult:
+        """The program in a container of its own from the episode's image (``--network=none``,
+        read-only root, no capabilities, the sandbox's limits), as the agent's user, with the
+        workspace and its home writable and its folders (its install, the proxy's socket
+        folder) bound read-only at their own paths: the install is the host's, the same bits
+        as in bwrap, never baked into each paper's image."""
+        if self.closed:
+            raise SandboxError("sandbox is closed")
+        home = self._program_home(program)
+        volumes = {
+            str(self.workspace): {"bind": self.workspace_inside, "mode": "rw"},
+            str(home): {"bind": self.program_home_inside, "mode": "rw"},
+            **{p: {"bind": p, "mode": "ro"} for p in program.read_only},
+        }
+        command = Command(
+            argv=program.argv,
+            cwd=Path(self.workspace_inside),
+            env={
+                "HOME": self.program_home_inside,
+                "LANG": "C.UTF-8",
+                "TERM": "dumb",
+                **self.config.env,
+                **program.env,
+            },
+            timeout_s=program.timeout_s,
+        )
+        return DockerExecutor(self.slot.image, self.config, self.slot.docker).run_in(
+            command, volumes, role="agent"
+        )
+
     def _stop_session(self) -> None:
         if self._session is not None:
             self._session.kill()
@@ -166,20 +208,27 @@ class DockerExecutor:
         )
 
     def run(self, command: Command) -> ExecResult:
-        argv, cwd, env, timeout_s = command.argv, command.cwd, command.env, command.timeout_s
-        needles, writable = command.needles, command.writable
-        area = writable or cwd
+        area = command.writable or command.cwd
         chown_tree(area, UID, GID)
+        return self.run_in(command, {str(area): {"bind": str(area), "mode": "rw"}})
+
+    def run_in(
+        self, command: Command, volumes: Mapping[str, Mapping[str, str]], role: str = "grading"
+    ) -> ExecResult:
+        """``command`` to its end in a fresh container of the image with these mounts (host
+        folder -> ``{bind, mode}``), no network."""
+        argv, cwd, env, timeout_s = command.argv, command.cwd, command.env, command.timeout_s
+        needles = command.needles
         start = time.monotonic()
-        with docker_errors(f"starting a grading container from {self.image}"):
+        with docker_errors(f"starting a {role} container from {self.image}"):
             container = self.docker.containers.run(
                 self.image,
                 list(argv),
-                volumes={str(area): {"bind": str(area), "mode": "rw"}},
+                volumes={k: dict(v) for k, v in volumes.items()},
                 working_dir=str(cwd),
                 environment={
-                    **env,
                     "PATH": f"{Path(INTERPRETER).parent}:/usr/local/bin:/usr/bin:/bin",
+                    **env,
                 },
                 user=USER,
                 # What the engine keeps of the run's output, and so what the host reads back:
@@ -187,7 +236,7 @@ class DockerExecutor:
                 log_config=docker_types().LogConfig(
                     type="json-file", config={"max-size": "16m", "max-file": "2"}
                 ),
-                **container_options(self.config.limits, "grading"),
+                **container_options(self.config.limits, role),
                 **cpu_options(self.config.limits),
             )
         timed_out = False
