@@ -162,11 +162,14 @@ def codex_argv(binary: str, prompt: str | None) -> list[str]:
 
 #: mini-swe-agent's variables: no first-run questions, no cost-map download (litellm's own
 #: table, offline: zero DNS lookups, measured), a model it has no price for is fine (the proxy
-#: prices the calls).
+#: prices the calls), no retries of its own (by default it tries a failing call 10 times with
+#: backoff: an upstream 500 kept it busy until the wall-clock budget, measured; the proxy's log
+#: decides what was the endpoint's failure).
 MINI_ENV = {
     "MSWEA_CONFIGURED": "true",
     "MSWEA_COST_TRACKING": "ignore_errors",
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "1",
 }
 
 

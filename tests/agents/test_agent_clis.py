@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,12 +61,13 @@ SPY = (
     "echo key_in_proc=$(cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null"
     " | tr '\\0' '\\n' | grep -c {key}); "
     "echo key_in_files=$(grep -rl {key} /tmp $HOME 2>/dev/null | wc -l); "
-    "echo token_in_env=$(env | grep -c '=rcb-'); "
+    "echo token_seen=$( (env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n')"
+    " | grep -c '=rcb-'); "
     "curl -sS -m 5 -o /dev/null http://1.1.1.1/ 2>/dev/null; echo internet=$?; "
     "for port in {ports}; do curl -sS -m 5 -o /dev/null http://127.0.0.1:$port/ 2>/dev/null;"
     " echo host_port=$?; done"
 )
-SPIED = ("key_in_env", "key_in_proc", "key_in_files", "token_in_env", "internet", "host_port")
+SPIED = ("key_in_env", "key_in_proc", "key_in_files", "token_seen", "internet", "host_port")
 
 
 @dataclass
@@ -77,17 +79,14 @@ class CliRun:
     run_dir: Path
 
     def spied(self) -> dict[str, list[str]]:
-        """What the spy printed (it came back to the model as the shell tool's result)."""
+        """What the spy printed (it came back to the model as the shell tool's result; the
+        command itself prints no digit after ``=``)."""
         for _path, body in self.server.requests:
             text = json.dumps(body)
             if "key_in_env=" in text:
                 found: dict[str, list[str]] = {}
-                for chunk in text.split("\\n"):
-                    for part in chunk.replace('\\"', '"').split():
-                        name, eq, value = part.partition("=")
-                        value = value.strip('",')
-                        if eq and value.isdigit() and name in SPIED:  # not the command's own text
-                            found.setdefault(name, []).append(value)
+                for name, value in re.findall(rf"({'|'.join(SPIED)})=(\d+)", text):
+                    found.setdefault(name, []).append(value)
                 return found
         return {}
 
@@ -207,9 +206,11 @@ def test_the_agent_finds_no_key_and_no_network(
     request: pytest.FixtureRequest, run_name: str
 ) -> None:
     """Its own shell, inside: the real key is nowhere (environment, /proc, files), its episode
-    token is; ``curl`` to the internet and to the host's model server port fails."""
+    token is there (the search works); ``curl`` to the internet and to the host's model server
+    port fails."""
     seen = _get(request, run_name).spied()
-    assert seen["token_in_env"] == ["1"]
+    [token_seen] = seen["token_seen"]
+    assert int(token_seen) > 0  # (Codex keeps it out of its commands' environment)
     assert seen["key_in_env"] == seen["key_in_proc"] == seen["key_in_files"] == ["0"]
     assert seen["internet"] != ["0"]
     assert seen["host_port"]
