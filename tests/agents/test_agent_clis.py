@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,9 @@ from rcb_agents.testing.cli_oracle import Act, CliOracle, Play, turn, wire_of
 from rcb_agents.testing.server import Fault, ScriptedModelServer
 
 from rcb_env import config
-from rcb_env.episode.config import BudgetConfig
+from rcb_env.agent import ProgramAgent
+from rcb_env.episode.config import BudgetConfig, EpisodeConfig
+from rcb_env.episode.driver import Episode
 from rcb_env.episode.outcome import EpisodeStatus, StopReason
 from rcb_env.grading.grader import GradingConfig
 from rcb_env.results.records import EpisodeRecord, read_records
@@ -36,6 +39,7 @@ from rcb_env.rl.atif import export_atif
 from rcb_env.runner import EvalConfig
 from rcb_env.runner.eval import run_eval
 from rcb_env.sandbox import SandboxConfig
+from rcb_env.sandbox.program import Program, ProgramRunner
 from rcb_env.task import bundled_root, load
 from rcb_env.task.selection import select_snippets
 
@@ -289,3 +293,57 @@ def test_the_oracle_plays_each_clis_own_tools() -> None:
     )
     assert oracle.answered == 2
     assert oracle.unknown == 1
+
+
+class _Sleeper:
+    """A program agent whose program outlives the episode's wall-clock budget."""
+
+    name = "sleeper"
+
+    def start(self, observation: str, info: dict[str, Any], tools: Any) -> None:
+        pass
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        raise TypeError("driven through work()")
+
+    def work(self, statement: str, info: dict[str, Any], runner: ProgramRunner) -> str:
+        result = runner.run(Program(argv=("/bin/sleep", "120"), files={"note.txt": "x"}))
+        self.saw_home = (runner.host_home / "note.txt").read_text()
+        assert result.timed_out == runner.timed_out
+        return "budget_wall_s" if runner.timed_out else "agent_stopped"
+
+    def end(self, info: dict[str, Any]) -> None:
+        pass
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+
+@pytest.mark.bwrap
+@pytest.mark.slow
+def test_the_wall_clock_budget_kills_the_program_and_grades_the_workspace(
+    require_bwrap: None,
+) -> None:
+    """The driver's runner kills the program at the episode's wall-clock budget; the episode
+    is truncated for it and graded as the workspace stands (the masked block: it fails)."""
+    pset = select_snippets(load(bundled_root(), papers={PAPER}), (WRONG,))
+    [paper] = pset.papers
+    [snippet] = paper.snippets
+    cfg = EpisodeConfig(
+        sandbox=SandboxConfig(backend="bwrap", python=config.task_python()),
+        grading=GradingConfig(python=config.task_python(), timeout_s=60),
+        budgets=BudgetConfig(max_wall_s=3),
+    )
+    agent = _Sleeper()
+    assert isinstance(agent, ProgramAgent)
+    episode = Episode(paper, snippet, config=cfg)
+    t0 = time.monotonic()
+    try:
+        outcome = episode.run(agent)
+    finally:
+        episode.close()
+    assert time.monotonic() - t0 < 60
+    assert outcome.status is EpisodeStatus.TRUNCATED
+    assert outcome.reason is StopReason.BUDGET_WALL_S
+    assert outcome.passed is False
+    assert agent.saw_home == "x"
