@@ -242,11 +242,15 @@ def extract_span(masked_text: str, start: int, end: int, edited_text: str) -> tu
     """What now stands where lines ``start:end`` (0-based, end exclusive; may be empty) stood in
     ``masked_text``, and whether the file was also changed outside them (such edits are ignored
     for grading). Lines are aligned with difflib; the body is everything between the last
-    unchanged line before the span and the first unchanged line after it."""
+    unchanged line before the span and the first unchanged line after it. A line whose only
+    change is trailing whitespace counts as unchanged (an editor, or an agent CLI's write tool,
+    may strip it from the whole file: Claude Code's does, measured)."""
     masked = split_lines(masked_text)
     edited = split_lines(edited_text)
     mapping: dict[int, int] = {}
-    matcher = difflib.SequenceMatcher(None, masked, edited, autojunk=False)
+    matcher = difflib.SequenceMatcher(
+        None, [x.rstrip() for x in masked], [x.rstrip() for x in edited], autojunk=False
+    )
     for block in matcher.get_matching_blocks():
         for k in range(block.size):
             mapping[block.a + k] = block.b + k

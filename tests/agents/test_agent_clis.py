@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from rcb_agents import clis
-from rcb_agents.testing.cli_oracle import Act, CliOracle, Play, turn, wire_of
+from rcb_agents.testing.cli_oracle import Act, CliOracle, Play, key_pattern, turn, wire_of
 from rcb_agents.testing.server import Fault, ScriptedModelServer
 
 from rcb_env import config
@@ -44,8 +44,6 @@ from rcb_env.task import bundled_root, load
 from rcb_env.task.selection import select_snippets
 
 KEY = "sk-real-key-MARKER-7f3a"
-#: The key as the spy writes it (two quoted halves): its own command line must not match.
-KEY_SPLIT = "'sk-real-key-MARK''ER-7f3a'"
 PAPER = "adamw-warmup"
 ORACLE, WRONG, BUDGET, UPSTREAM, CRASH = (
     f"{PAPER}/clip by global norm",
@@ -61,10 +59,10 @@ TOKENS = 5_000
 #: environment, any process's environment or command line, any file of /tmp or its home), its
 #: own token (so the search itself works), and whether the internet or the host's ports answer.
 SPY = (
-    "echo key_in_env=$(env | grep -c {key}); "
+    "echo key_in_env=$(env | grep -c '{key}'); "
     "echo key_in_proc=$(cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null"
-    " | tr '\\0' '\\n' | grep -c {key}); "
-    "echo key_in_files=$(grep -rl {key} /tmp $HOME 2>/dev/null | wc -l); "
+    " | tr '\\0' '\\n' | grep -c '{key}'); "
+    "echo key_in_files=$(grep -rl '{key}' /tmp $HOME 2>/dev/null | wc -l); "
     "echo token_seen=$( (env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n')"
     " | grep -c '=rcb-'); "
     "curl -sS -m 5 -o /dev/null http://1.1.1.1/ 2>/dev/null; echo internet=$?; "
@@ -129,7 +127,7 @@ def _run(cli: clis.AgentCli, tmp: Path) -> Iterator[CliRun]:
         mp.setenv("ANTHROPIC_API_KEY", KEY)
         mp.setenv("OPENAI_API_KEY", KEY)
         ports = " ".join(u.rsplit(":", 1)[1].split("/")[0] for u in (server.url,))
-        oracle.plays = dict(_plays(SPY.format(key=KEY_SPLIT, ports=ports)))
+        oracle.plays = dict(_plays(SPY.format(key=key_pattern(KEY), ports=ports)))
         cfg = EvalConfig(
             agent=cli.name,
             model={"spec": f"{cli.provider}:rcb-scripted", "base_url": server.url},

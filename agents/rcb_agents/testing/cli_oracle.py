@@ -36,19 +36,21 @@ from rcb_env.task.source import source_for
 
 Mode = Literal["oracle", "wrong"]
 
-#: The agent's own shell looks for the key (``{key}``, quoted in two halves so that its own
-#: command line does not match) in its environment, every process's environment and command
-#: line, and every file of /tmp and its home: ``rcb_key_hits=N``.
+#: The agent's own shell looks for the key (``{key}``: a pattern that matches it but is not it,
+#: so that the search's own command line, which ``/proc`` shows while it runs, does not match)
+#: in its environment, every process's environment and command line, and every file of /tmp
+#: and its home: ``rcb_key_hits=N``.
 SPY = (
-    "echo rcb_key_hits=$(( $(env | grep -c {key}) + $(cat /proc/[0-9]*/environ "
-    "/proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -c {key}) + "
-    "$(grep -rl {key} /tmp $HOME 2>/dev/null | wc -l) ))"
+    "echo rcb_key_hits=$(( $(env | grep -c '{key}') + $(cat /proc/[0-9]*/environ "
+    "/proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -c '{key}') + "
+    "$(grep -rl '{key}' /tmp $HOME 2>/dev/null | wc -l) ))"
 )
 
 
-def _split(key: str) -> str:
-    half = len(key) // 2
-    return f"'{key[:half]}''{key[half:]}'"
+def key_pattern(key: str) -> str:
+    """A grep pattern for ``key`` that does not match itself (its last character in a bracket
+    expression)."""
+    return f"{key[:-1]}[{key[-1]}]"
 
 
 #: mini-swe-agent's own way of saying it is done.
@@ -147,7 +149,7 @@ class CliOracle:
         counted in :attr:`leaks` (the acceptance run's check that the key never enters)."""
         self.mode = mode
         self.plays = dict(plays)
-        self.spy = None if spy_key is None else SPY.format(key=_split(spy_key))
+        self.spy = None if spy_key is None else SPY.format(key=key_pattern(spy_key))
         self.spied = 0
         """Spy reports read."""
         self.leaks = 0
