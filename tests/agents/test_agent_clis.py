@@ -9,7 +9,8 @@ its gradings are quick): the reference body passes with its line weight (and the
 shell finds no key and no network), a wrong body scores 0, a token budget truncates it (graded
 as it stands), an upstream 500 is infrastructure, and the CLI exiting on an error of its own is
 the agent's failure (graded as it stands). Claude Code's and Codex's runs are in ``make test``;
-mini-swe-agent's and the rest are marked ``agent_clis`` (``make test-agent-clis``).
+mini-swe-agent's and the docker runs (the same cases in a ``--network=none`` container) are
+marked ``agent_clis`` (``make test-agent-clis``).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def _plays(spy: str) -> Mapping[str, Play]:
     }
 
 
-def _run(cli: clis.AgentCli, tmp: Path) -> Iterator[CliRun]:
+def _run(cli: clis.AgentCli, tmp: Path, sandbox: SandboxConfig | None = None) -> Iterator[CliRun]:
     _installed(cli)
     pset = select_snippets(
         load(bundled_root(), papers={PAPER}), (ORACLE, WRONG, BUDGET, UPSTREAM, CRASH)
@@ -131,8 +132,8 @@ def _run(cli: clis.AgentCli, tmp: Path) -> Iterator[CliRun]:
         cfg = EvalConfig(
             agent=cli.name,
             model={"spec": f"{cli.provider}:rcb-scripted", "base_url": server.url},
-            sandbox=SandboxConfig(backend="bwrap", python=config.task_python()),
-            grading=GradingConfig(python=config.task_python(), timeout_s=60),
+            sandbox=sandbox or SandboxConfig(backend="bwrap", python=config.task_python()),
+            grading=GradingConfig(python=None if sandbox else config.task_python(), timeout_s=60),
             budgets=BudgetConfig(max_tokens=TOKENS, max_wall_s=300),
         )
         run_dir = tmp / "run"
@@ -156,12 +157,30 @@ def mini_run(require_bwrap: None, tmp_path_factory: pytest.TempPathFactory) -> I
     yield from _run(clis.MINI_SWE_AGENT, tmp_path_factory.mktemp("mini"))
 
 
+@pytest.fixture(scope="module")
+def claude_docker_run(
+    docker_images: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CliRun]:
+    docker = SandboxConfig(backend="docker", options={"docker_base": docker_images})
+    yield from _run(clis.CLAUDE_CODE, tmp_path_factory.mktemp("claude-docker"), docker)
+
+
+@pytest.fixture(scope="module")
+def codex_docker_run(
+    docker_images: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CliRun]:
+    docker = SandboxConfig(backend="docker", options={"docker_base": docker_images})
+    yield from _run(clis.CODEX, tmp_path_factory.mktemp("codex-docker"), docker)
+
+
 RUNS = pytest.mark.parametrize(
     "run_name",
     [
         pytest.param("claude_run", marks=[pytest.mark.bwrap, pytest.mark.slow]),
         pytest.param("codex_run", marks=[pytest.mark.bwrap, pytest.mark.slow]),
         pytest.param("mini_run", marks=[pytest.mark.bwrap, pytest.mark.agent_clis]),
+        pytest.param("claude_docker_run", marks=[pytest.mark.docker, pytest.mark.agent_clis]),
+        pytest.param("codex_docker_run", marks=[pytest.mark.docker, pytest.mark.agent_clis]),
     ],
 )
 

@@ -169,3 +169,22 @@ def test_an_outside_agent_class_gets_the_model_it_asks_for(tmp_path: Path) -> No
     unnamed = _rcb("eval", *common, "--runs-dir", str(tmp_path / "other"))
     assert unnamed.returncode == app.EXIT_ERROR
     assert "needs a model: pass --model" in unnamed.stderr, unnamed.stderr
+
+
+def test_agents_lists_the_agent_clis_and_refuses_an_unknown_name() -> None:
+    """``rcb-env agents list``: each pinned CLI with its version, install state and wire
+    format; ``agents install`` of an unknown name is an error naming the known ones."""
+    from rcb_agents.clis import CLIS
+
+    listed = _rcb("agents", "list")
+    assert listed.returncode == 0, listed.stderr
+    for cli in CLIS.values():
+        assert cli.name in listed.stdout
+        assert cli.version in listed.stdout
+        assert cli.wire in listed.stdout
+    unknown = _rcb("agents", "install", "no-such-cli")
+    assert unknown.returncode == app.EXIT_ERROR
+    assert "claude-code" in unknown.stderr
+    agent = _rcb("eval", "--agent", "codex", "--model", "anthropic:m", "--sandbox", "local")
+    assert agent.returncode != 0
+    assert "openai:NAME" in agent.stderr
