@@ -6,7 +6,7 @@ other effect. The four contracts: :class:`TaskSource`, :class:`Backend` (with :c
 :class:`Agent`, :class:`EpisodeOutcome`.
 """
 
-from rcb_env.agent import Agent, AgentFactory, MeteredAgent, OutOfBudget
+from rcb_env.agent import Agent, AgentFactory, MeteredAgent, OutOfBudget, ProgramAgent
 from rcb_env.episode import (
     BudgetConfig,
     Budgets,
@@ -86,6 +86,7 @@ __all__ = [
     "Outcome",
     "Paper",
     "PaperMeta",
+    "ProgramAgent",
     "Pset",
     "RcbEnv",
     "RcbError",

@@ -10,7 +10,8 @@ outcome. It serves both shapes of caller:
 
 - *push*: :meth:`Episode.run` asks an :class:`~rcb_env.agent.Agent` for each next action
   (``rcb-env eval``; an MCP client or an agent framework, through
-  :class:`~rcb_env.integrations.bridge.EpisodeBridge`);
+  :class:`~rcb_env.integrations.bridge.EpisodeBridge`), or runs an agent that is a program of
+  its own in the sandbox until it exits (:class:`~rcb_env.agent.ProgramAgent`: an agent CLI);
 - *pull*: the caller calls :meth:`Episode.start`, then :meth:`Episode.step` with each action
   it has, then :meth:`Episode.stop` if it did not submit (the trainer adapters, RL rollouts).
 
@@ -247,7 +248,9 @@ class Episode:
         endpoint's failure is an infrastructure outcome; the model calls of a metered agent are
         charged to the budgets and kept in :attr:`model_calls`, each linked to the step its
         answer became. Their number is counted by the budget (``max_model_calls``, which the
-        agent reads in ``info["budgets"]`` before it calls again)."""
+        agent reads in ``info["budgets"]`` before it calls again). An agent that is a program
+        of its own (:class:`~rcb_env.agent.ProgramAgent`, an agent CLI) is run in the sandbox
+        instead of asked for actions (:meth:`_work`)."""
         metered: MeteredAgent | None = (
             agent if hasattr(agent, "spent") and hasattr(agent, "drain_calls") else None  # type: ignore[assignment]
         )
