@@ -70,6 +70,7 @@ def run(agent: str, mode: str, pset: str, jobs: int, runs: Path) -> dict[str, An
         "passed_with_weight": sum(bool(r.passed) and r.reward == r.weight for r in scored),
         "weight_passed": sum(r.weight for r in scored if r.passed),
         "weight_total": sum(r.weight for r in records),
+        "passed_ids": sorted(r.snippet_id for r in scored if r.passed) if mode == "wrong" else [],
         "infra_errors": len(records) - len(scored),
         "reasons": _count(r.reason.value for r in records),
         "crashed": sum(bool(r.agent.get("crashed")) for r in records),

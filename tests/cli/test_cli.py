@@ -173,18 +173,23 @@ def test_an_outside_agent_class_gets_the_model_it_asks_for(tmp_path: Path) -> No
 
 def test_agents_lists_the_agent_clis_and_refuses_an_unknown_name() -> None:
     """``rcb-env agents list``: each pinned CLI with its version, install state and wire
-    format; ``agents install`` of an unknown name is an error naming the known ones."""
+    format; ``agents install`` of an unknown name is an error naming the known ones; a CLI
+    agent given another provider's model is refused before anything runs."""
+    import pytest
+    from click.testing import CliRunner
     from rcb_agents.clis import CLIS
 
-    listed = _rcb("agents", "list")
-    assert listed.returncode == 0, listed.stderr
+    from rcb_env.agent import agent_factory, install_agent_program
+    from rcb_env.errors import ConfigError
+    from rcb_env.task import Pset
+
+    listed = CliRunner().invoke(app.cli, ["agents", "list"], terminal_width=200)
+    assert listed.exit_code == 0, listed.output
     for cli in CLIS.values():
-        assert cli.name in listed.stdout
-        assert cli.version in listed.stdout
-        assert cli.wire in listed.stdout
-    unknown = _rcb("agents", "install", "no-such-cli")
-    assert unknown.returncode == app.EXIT_ERROR
-    assert "claude-code" in unknown.stderr
-    agent = _rcb("eval", "--agent", "codex", "--model", "anthropic:m", "--sandbox", "local")
-    assert agent.returncode != 0
-    assert "openai:NAME" in agent.stderr
+        assert cli.name in listed.output
+        assert cli.version in listed.output
+        assert cli.wire in listed.output
+    with pytest.raises(ConfigError, match="claude-code"):
+        install_agent_program("no-such-cli")
+    with pytest.raises(ConfigError, match="openai:NAME"):
+        agent_factory("codex", Pset(root=Path("."), papers=()), model={"spec": "anthropic:m"})
