@@ -14,17 +14,21 @@ paths, hidden files unreachable from anywhere, a non-root user, and the memory l
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
+from rcb_env import config as settings
 from rcb_env.errors import SandboxError
 from rcb_env.sandbox import SandboxFactory
 from rcb_env.sandbox.backend import backend_class, resolve_backend
-from rcb_env.sandbox.base import Limits, Sandbox, SandboxConfig
+from rcb_env.sandbox.base import Limits, Program, Sandbox, SandboxConfig
 from rcb_env.task import bundled_root, load
 from rcb_env.task.models import Paper
 
@@ -218,6 +222,51 @@ def hidden_files_unreachable_anywhere(ctx: Context) -> None:
         r = sb.exec(f"find / -name optim_ref.py 2>/dev/null; cat {ctx.paper.root}/optim_ref.py")
         expect(r.stdout == "", f"the reference is reachable: {r.stdout[:200]}")
         expect(sb.exec("id -u").stdout.strip() != "0", "commands run as root")
+
+
+@_check(isolation=True)
+def agent_programs_run_isolated(ctx: Context) -> None:
+    """An agent program (:meth:`Sandbox.run_program`, an agent CLI's seat) runs in the
+    workspace, writes it and its home, reads a folder bound read-only but cannot write it, and
+    has no network."""
+    script = (
+        "import os, socket, sys\n"
+        "print(os.getcwd())\n"
+        "open('from-program.txt', 'w').write('made')\n"
+        "open(os.path.join(os.environ['HOME'], 'state.txt'), 'w').write(os.environ['RCB_X'])\n"
+        "print(open(os.path.join(sys.argv[1], 'given.txt')).read())\n"
+        "try:\n"
+        "    open(os.path.join(sys.argv[1], 'evil.txt'), 'w')\n"
+        "    print('wrote')\n"
+        "except OSError:\n"
+        "    print('read-only')\n"
+        "try:\n"
+        "    socket.create_connection(('192.0.2.1', 80), timeout=2)\n"
+        "    print('connected')\n"
+        "except OSError:\n"
+        "    print('blocked')\n"
+    )
+    given = Path(tempfile.mkdtemp(prefix="rcb-conformance-", dir=settings.scratch_dir()))
+    try:
+        given.chmod(0o755)
+        (given / "given.txt").write_text("given")
+        (given / "given.txt").chmod(0o644)
+        with ctx.sandbox() as sb:
+            program = Program(
+                argv=(sb.program_python, "-I", "-c", script, str(given)),
+                env={"RCB_X": "x"},
+                read_only=(str(given),),
+                timeout_s=60,
+            )
+            r = sb.run_program(program)
+            out = r.stdout.split()
+            expect(r.exit_code == 0, f"the program failed: {r.stderr[-500:]}")
+            expect(out == [sb.workspace_inside, "given", "read-only", "blocked"], f"{out}")
+            expect(sb.read_file("from-program.txt") == "made", "its workspace edit is not there")
+            expect((sb.program_home / "state.txt").read_text() == "x", "its home is not there")
+            expect(not (given / "evil.txt").exists(), "it wrote a read-only folder")
+    finally:
+        shutil.rmtree(given, ignore_errors=True)
 
 
 @_check(isolation=True)
