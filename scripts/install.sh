@@ -8,7 +8,7 @@
 #   .venv/harbor/, .venv/inspect/   Harbor (Python >= 3.12) and inspect_ai with openai >= 3.4
 #   $RCB_ENV_HOME/task-venv/    the interpreter that runs task tests (numpy, torch==2.13.0),
 #                               outside any home folder so a sandbox user can read it
-#   $RCB_ENV_HOME/agents/       the agent CLIs (Claude Code, Codex) from npm, pinned
+#   $RCB_ENV_HOME/agents/       the agent CLIs (Claude Code, Codex from npm; mini-swe-agent from PyPI), pinned
 #
 # Settings: PYTHON (interpreter for .venv, default python3), RCB_ENV_HOME (default /opt/rcb-env),
 # TASK_PYTHON_BASE (interpreter the task venv is made from, default /usr/bin/python3).
