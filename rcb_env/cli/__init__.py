@@ -16,6 +16,7 @@ from rcb_env.cli import (
     mcp,
     report,
     results,
+    serve,
     tasks,
     validate,
 )
@@ -34,6 +35,7 @@ _COMMANDS = (
     mcp,
     report,
     results,
+    serve,
     tasks,
     validate,
 )
