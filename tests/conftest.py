@@ -212,7 +212,12 @@ def host_lock(
 #: test`` runs the tests not marked exclusive with ``pytest -n 3 --dist loadgroup``): the Docker
 #: engine and the images the session builds; Ray (a cluster per test, on Ray's fixed ports);
 #: the report's runs (a module fixture of 15-20 s, made once, not on every worker).
-_GROUPS = {"docker": "docker", "test_ray.py": "ray", "test_report.py": "report"}
+_GROUPS = {
+    "docker": "docker",
+    "test_ray.py": "ray",
+    "test_report.py": "report",
+    "test_serve.py": "serve",
+}
 #: Files of long tests (tens of seconds each): handed out first, after the groups, so that no
 #: worker is left with one of them while the others sit idle at the end of a run.
 _LONG = frozenset(

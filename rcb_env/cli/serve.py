@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -26,7 +27,7 @@ from rcb_env.task.selection import load_subset, select_subset
 from rcb_env.tools.toolbox import Feedback
 
 
-def _limit_options(f: object) -> object:
+def _limit_options(f: Any) -> Any:
     """--max-episodes, --max-connections, --idle-s, --episode-wall-s, --drain-s: generated from
     the fields of :class:`~rcb_env.integrations.serve.sessions.ServeLimits`."""
     from rcb_env.integrations.serve.sessions import ServeLimits
@@ -75,7 +76,7 @@ def serve_cmd(
     ping_s: float,
     runs_dir: Path,
     run_dir: Path | None,
-    **limits: object,
+    **limits: Any,
 ) -> None:
     """Serve episodes of the selection over OpenEnv's websocket protocol (/ws), so that a
     trainer's OpenEnv client runs them here: reset(task_id="<paper>/<snippet>") or a seeded

@@ -34,7 +34,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from rcb_env.integrations.serve.protocol import ErrorCode, error_frame, schema
+from rcb_env.integrations.serve.protocol import error_frame, schema
 from rcb_env.integrations.serve.sessions import EpisodeServer
 from rcb_env.logs import get_logger
 
@@ -134,16 +134,18 @@ def build_app(server: EpisodeServer) -> Starlette:
         session = server.connect(client)
         try:
             while True:
-                message = await websocket.receive()
-                if message["type"] == "websocket.disconnect":
+                received = await websocket.receive()
+                if received["type"] == "websocket.disconnect":
                     break
-                raw = message.get("text")
-                if raw is None:
-                    raw = message.get("bytes") or b""
+                text = received.get("text")
+                raw: str | bytes = text if isinstance(text, str) else received.get("bytes") or b""
                 reply = await session.answer(raw)
+                if reply is None:
+                    await websocket.close(1000)
+                    break
                 await websocket.send_json(reply)
-        except WebSocketDisconnect:
-            pass
+        except (WebSocketDisconnect, OSError, RuntimeError):
+            pass  # the client went away (a running episode is recorded below)
         finally:
             await session.disconnected()
 
@@ -182,7 +184,9 @@ class TokenGate:
             if name != b"authorization":
                 continue
             kind, _, given = value.decode("latin-1").partition(" ")
-            if kind.lower() == "bearer" and hmac.compare_digest(given.encode(), self.token.encode()):
+            if kind.lower() == "bearer" and hmac.compare_digest(
+                given.encode(), self.token.encode()
+            ):
                 return scope
             if kind.lower() == "basic":
                 with contextlib.suppress(ValueError):
@@ -215,7 +219,10 @@ def _with_request_id(scope: Scope, send: Send) -> Send:
 
     async def sending(message: Any) -> None:
         if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", request_id)]}
+            message = {
+                **message,
+                "headers": [*message.get("headers", []), (b"x-request-id", request_id)],
+            }
         await send(message)
 
     return sending

@@ -171,8 +171,7 @@ class EpisodeServer:
             if found is None:
                 raise Refused(
                     ErrorCode.VALIDATION_ERROR,
-                    f"no task {task_id!r} is served here ({len(self.task_ids)} tasks; "
-                    "see /rcb)",
+                    f"no task {task_id!r} is served here ({len(self.task_ids)} tasks; see /rcb)",
                 )
             return found
         draw = random.Random(seed) if seed is not None else random.SystemRandom()
@@ -262,8 +261,9 @@ class ServedSession:
         self.lock = asyncio.Lock()
 
     # frames ---------------------------------------------------------------------------------
-    async def answer(self, raw: str | bytes) -> dict[str, Any]:
-        """The answer to one frame."""
+    async def answer(self, raw: str | bytes) -> dict[str, Any] | None:
+        """The answer to one frame (None: the client closed the session; a running episode
+        was recorded as interrupted, and the socket is to be closed)."""
         async with self.lock:
             self.last_active = time.monotonic()
             self.seq += 1
@@ -281,7 +281,7 @@ class ServedSession:
             finally:
                 self.last_active = time.monotonic()
 
-    async def _dispatch(self, frame: dict[str, Any], frame_id: str) -> dict[str, Any]:
+    async def _dispatch(self, frame: dict[str, Any], frame_id: str) -> dict[str, Any] | None:
         kind = frame.get("type")
         data = frame.get("data", {})
         if kind in ("reset", "step") and not isinstance(data, dict):
@@ -307,7 +307,7 @@ class ServedSession:
             return state_frame(self.state(), frame_id)
         if kind == "close":
             await self.interrupt("ClientClosed", "the client closed the session mid-episode")
-            return state_frame(self.state(), frame_id)
+            return None  # OpenEnv's client sends close and reads nothing more
         raise Refused(
             ErrorCode.UNKNOWN_TYPE,
             f"unknown frame type {str(kind)[:40]!r}; known: reset, step, state, close",
@@ -347,13 +347,16 @@ class ServedSession:
         episode = self.episode
         assert episode is not None
         if data.get("type") == "list_tools":
-            obs = self._observed(
-                "The tools of this episode.", tool_ok=True
-            )[0].model_copy(update={"tools": [t.model_dump() for t in tool_specs()]})
+            obs = self._observed("The tools of this episode.", tool_ok=True)[0].model_copy(
+                update={"tools": [t.model_dump() for t in tool_specs()]}
+            )
             return obs, self._reward(), episode.done
         if data.get("type") == "call_tool":
             arguments = data.get("arguments") or {}
-            data = {"tool": data.get("tool_name"), **(arguments if isinstance(arguments, dict) else {})}
+            data = {
+                "tool": data.get("tool_name"),
+                **(arguments if isinstance(arguments, dict) else {}),
+            }
         metadata = data.pop("metadata", None)
         if episode.done:
             return self._observed(ENDED, tool_ok=False)
@@ -363,7 +366,9 @@ class ServedSession:
         self._record_if_ended()
         return self._observed(text, tool_ok=not info.get("action_error", False))
 
-    def _observed(self, text: str, *, tool_ok: bool) -> tuple[ServedObservation, float | None, bool]:
+    def _observed(
+        self, text: str, *, tool_ok: bool
+    ) -> tuple[ServedObservation, float | None, bool]:
         episode = self.episode
         assert episode is not None
         outcome = episode.outcome
