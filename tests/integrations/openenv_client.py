@@ -3,13 +3,15 @@ run by the interpreter of ``.venv/openenv`` (tests/integrations/test_serve.py; t
 run). Prints one JSON object: what each scenario saw.
 
 Usage: python openenv_client.py tests <base_url> <answers.json>
-       python openenv_client.py oracle <base_url> <answers.json>   (every task: oracle, wrong)
+       python openenv_client.py oracle <base_url> <answers.json> [jobs]   (every task: the
+       oracle's body, then a wrong one)
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 import urllib.parse
 from typing import Any
@@ -97,36 +99,106 @@ def tests(url: str, answers: dict[str, list[Any]]) -> Result:
     return out
 
 
-def oracle(url: str, answers: dict[str, list[Any]]) -> Result:
-    """Every task: the oracle's body, then a wrong one."""
-    rows = []
-    c = client(url)
-    for task, (body, weight) in sorted(answers.items()):
+def oracle(url: str, answers: dict[str, list[Any]], jobs: int = 2) -> Result:
+    """Every task: the oracle's body, then the workspace as given (the masked block: what the
+    null agent submits, which fails every published snippet's tests), ``jobs`` clients at
+    once."""
+    tasks = sorted(answers.items())
+    rows: list[Result] = []
+
+    def play(share: list[tuple[str, list[Any]]]) -> None:
+        c = client(url)
+        for task, (body, weight) in share:
+            t0 = time.monotonic()
+            try:
+                c.reset(task_id=task)
+                right = c.step({"tool": "submit", "body": body})
+                c.reset(task_id=task)
+                wrong = c.step({"tool": "submit"})  # the masked block as it stands
+            except Exception as exc:  # a lost connection: the row says so
+                rows.append({"task": task, "weight": weight, "error": repr(exc)})
+                c.close()
+                c = client(url)
+                continue
+            rows.append(
+                {
+                    "task": task,
+                    "weight": weight,
+                    "reward": right.reward,
+                    "status": right.observation["status"],
+                    "wrong_reward": wrong.reward,
+                    "wrong_status": wrong.observation["status"],
+                    "s": round(time.monotonic() - t0, 2),
+                }
+            )
+        c.close()
+
+    threads = [threading.Thread(target=play, args=(tasks[i::jobs],)) for i in range(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"rows": sorted(rows, key=lambda r: str(r["task"]))}
+
+
+def latency(url: str, task: str, n: int) -> Result:
+    """Reset + a ``read_file`` step, ``n`` times (each on a fresh connection, closed after:
+    the episode ends unscored, nothing graded); milliseconds of the two calls."""
+    times = []
+    for i in range(n + 10):
+        c = client(url)
+        c.connect()
+        t0 = time.perf_counter()
+        c.reset(task_id=task)
+        c.step({"tool": "read_file", "path": "attention/core.py"})
+        if i >= 10:  # warm-up
+            times.append((time.perf_counter() - t0) * 1000)
+        c.close()
+    return {"ms": times}
+
+
+def many(url: str, task: str, n: int, command: bool) -> Result:
+    """``n`` sessions open at once, each with an episode: a step answered for each (a
+    ``read_file``, or with ``command`` a ``run_command``, which starts the episode's shell)."""
+    import asyncio
+
+    async def go() -> Result:
+        clients = [GenericEnvClient(base_url=url, message_timeout_s=300) for _ in range(n)]
         t0 = time.monotonic()
-        c.reset(task_id=task)
-        right = c.step({"tool": "submit", "body": body})
-        c.reset(task_id=task)
-        wrong = c.step({"tool": "submit", "body": wrong_body(body)})
-        rows.append(
-            {
-                "task": task,
-                "weight": weight,
-                "reward": right.reward,
-                "status": right.observation["status"],
-                "wrong_reward": wrong.reward,
-                "wrong_status": wrong.observation["status"],
-                "s": round(time.monotonic() - t0, 2),
-            }
+        await asyncio.gather(*(c.connect() for c in clients))
+        await asyncio.gather(*(c.reset(task_id=task) for c in clients))
+        opened = time.monotonic() - t0
+        action = (
+            {"tool": "run_command", "command": "echo ok"}
+            if command
+            else {"tool": "read_file", "path": "attention/core.py"}
         )
-    c.close()
-    return {"rows": rows}
+        t1 = time.monotonic()
+        steps = await asyncio.gather(*(c.step(action) for c in clients), return_exceptions=True)
+        stepped = time.monotonic() - t1
+        answered = sum(
+            1 for r in steps if not isinstance(r, BaseException) and r.observation["tool_ok"]
+        )
+        print(json.dumps({"open": n}), flush=True)
+        sys.stdin.readline()  # the caller measures the server now
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+        return {"n": n, "answered": answered, "open_s": opened, "step_s": stepped}
+
+    return asyncio.run(go())
 
 
 def main() -> None:
-    mode, url, path = sys.argv[1:4]
+    mode, url, path, *rest = sys.argv[1:]
+    if mode == "latency":
+        print(json.dumps(latency(url, path, int(rest[0]))))
+        return
+    if mode == "many":
+        print(json.dumps(many(url, path, int(rest[0]), rest[1:] == ["command"])))
+        return
     with open(path) as f:
         answers = json.load(f)
-    result = tests(url, answers) if mode == "tests" else oracle(url, answers)
+    jobs = int(rest[0]) if rest else 2
+    result = tests(url, answers) if mode == "tests" else oracle(url, answers, jobs)
     print(json.dumps(result))
 
 
