@@ -4,6 +4,7 @@ a token on 127.0.0.1, 2 open episodes, 4 connections), stopped with SIGTERM at t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -22,8 +23,11 @@ from websockets.sync.client import connect
 
 from rcb_env.integrations.pull import load_tasks
 from rcb_env.integrations.serve.protocol import schema
+from rcb_env.integrations.serve.sessions import EpisodeServer, ServeLimits
 from rcb_env.results.records import RECORDS, read_records
 from rcb_env.results.summary import summarize_run
+from rcb_env.runner.episode import EvalConfig
+from rcb_env.sandbox import SandboxConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 OPENENV_PYTHON = ROOT / ".venv" / "openenv" / "bin" / "python"
@@ -290,3 +294,50 @@ def test_sigterm_drains_an_open_episode_is_recorded_interrupted(served: Served) 
     assert drained.status == "infra_error"
     assert drained.infra_error is not None
     assert drained.infra_error.type == "ServerShutdown"
+
+
+@pytest.mark.parametrize(
+    ("limits", "reason"),
+    [
+        ({"idle_s": 5.0}, "agent_stopped"),
+        ({"episode_wall_s": 0.01}, "budget_wall_s"),
+    ],
+)
+def test_the_reaper_ends_idle_and_overlong_episodes_and_keeps_the_session(
+    tmp_path: Path, limits: dict[str, float], reason: str
+) -> None:
+    """An episode whose client went quiet (or that ran past the wall limit) is ended, graded
+    as it stands and recorded; the session's next frame gets the ended observation."""
+    cfg = EvalConfig(agent="openenv", sandbox=SandboxConfig(backend="local"))
+    server = EpisodeServer(
+        load_tasks(None), cfg, tmp_path / "run", ServeLimits.model_validate(limits)
+    )
+
+    Answer = dict[str, Any] | None
+
+    async def play() -> tuple[Answer, dict[str, int], Answer]:
+        session = server.connect({"client": "test"})
+        reset = await session.answer(json.dumps({"type": "reset", "data": {"task_id": TASK}}))
+        quiet = await server.reap(time.monotonic())  # nothing is overdue yet (idle)
+        await asyncio.sleep(0.05)
+        ended = await server.reap(time.monotonic() + 10)
+        after = await session.answer(json.dumps({"type": "step", "data": {"tool": "list_files"}}))
+        return reset, {"quiet": quiet, "ended": ended}, after
+
+    try:
+        reset, counts, after = asyncio.run(play())
+    finally:
+        server.close()
+    assert reset is not None
+    assert reset["data"]["done"] is False
+    assert counts["quiet"] + counts["ended"] == 1  # once, by whichever pass found it overdue
+    if reason == "agent_stopped":
+        assert counts["quiet"] == 0  # not before idle_s
+    assert after is not None
+    assert after["data"]["done"] is True
+    assert "ended" in after["data"]["observation"]["text"]
+    assert server.open_episodes == 0
+    (record,) = read_records(tmp_path / "run" / RECORDS)
+    assert record.reason == reason
+    assert record.status == "truncated"
+    assert record.passed is False

@@ -203,12 +203,9 @@ class EpisodeServer:
         """End the episodes idle past ``idle_s`` or open past ``episode_wall_s`` (each graded
         as it stands and recorded; its socket kept); how many."""
         now = time.monotonic() if now is None else now
-        ended = 0
-        for session in list(self.sessions):
-            reason = session.overdue(now)
-            if reason is not None and await session.end_if_idle(reason):
-                ended += 1
-        return ended
+        due = [(s, r) for s in list(self.sessions) if (r := s.overdue(now)) is not None]
+        ended = await asyncio.gather(*(s.end_if_idle(r) for s, r in due))  # graded at once
+        return sum(ended)
 
     async def drain(self) -> None:
         """Shutting down: no new connection or episode; running episodes get ``drain_s`` to
