@@ -1,12 +1,13 @@
 """Acceptance of ``rcb-env serve`` (issue 38): the oracle played through OpenEnv's own client
 (openenv-core from ``.venv/openenv``, unchanged) against ``rcb-env serve --pset
 researchcodebench``, on every runnable published snippet: each must score its line weight, a
-wrong body 0 (the masked block as given, what the null agent submits), with 0
-infrastructure errors; then the server's run folder is read as an eval
-run (``summarize_run``).
+wrong body (one that raises) 0 on every snippet of the ``verified`` subset (tests solid: a few
+others' tests never run the snippet, so any body passes them; those are listed), with 0
+infrastructure errors; then the server's run folder is read as an eval run (``summarize_run``).
 
 Run: ``make serve-acceptance`` (after ``rcb-env get/setup researchcodebench``; not part of
-``make test``). Options: ``--jobs`` clients at once (2), ``--limit`` the first N tasks.
+``make test``). Options: ``--jobs`` clients at once (2), ``--limit`` the first N tasks, ``--task``
+only these.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from rcb_env.results.summary import summarize_run
 from rcb_env.runner.episode import EvalConfig
 from rcb_env.runner.eval import runnable
 from rcb_env.task import load
+from rcb_env.task.selection import load_subset, select_subset
 
 
 def main() -> int:
@@ -31,11 +33,14 @@ def main() -> int:
     parser.add_argument("--pset", default="researchcodebench")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--task", action="append", default=[], help="Only this task (repeatable).")
     parser.add_argument("--runs-dir", default="runs/serve-acceptance")
     args = parser.parse_args()
 
     ready, _totals = runnable(load(args.pset), EvalConfig(agent="openenv"))
     snippets = sorted(ready.snippets, key=lambda s: s.id)
+    if args.task:
+        snippets = [s for s in snippets if s.id in args.task]
     if args.limit:
         snippets = snippets[: args.limit]
     answers = {s.id: [s.reference_body, s.weight] for s in snippets}
@@ -61,15 +66,17 @@ def main() -> int:
         sys.stderr.write(run.stderr[-5000:])
         return 1
     rows = json.loads(run.stdout)["rows"]
+    verified = {s.id for s in select_subset(ready, load_subset("verified")).snippets}
     bad = [
         r
         for r in rows
         if "error" in r
         or r["reward"] != r["weight"]
-        or r["wrong_reward"] != 0.0
+        or (r["wrong_reward"] != 0.0 and r["task"] in verified)
         or r["status"] != "completed"
         or r["wrong_status"] != "completed"
     ]
+    weak = [r["task"] for r in rows if r not in bad and r["wrong_reward"] != 0.0]
     for r in bad:
         print("FAILED", json.dumps(r))
     run_dir = max(Path(args.runs_dir).iterdir(), key=lambda p: p.stat().st_mtime)
@@ -83,6 +90,8 @@ def main() -> int:
                 "weight": weight,
                 "oracle_reward_sum": scored,
                 "failed": len(bad),
+                "wrong_body_zero": sum(1 for r in rows if r.get("wrong_reward") == 0.0),
+                "wrong_body_passed_outside_verified": weak,
                 "infra_errors": summary.infra_errors,
                 "episodes_recorded": summary.episodes,
                 "server_exit": code,

@@ -250,6 +250,28 @@ def test_malformed_and_out_of_order_frames_are_answered_in_order_and_keep_the_se
     assert step["done"] is False
 
 
+def test_a_frame_over_the_size_cap_is_refused_and_the_server_keeps_serving(
+    served: Served,
+) -> None:
+    from websockets.exceptions import ConnectionClosed
+
+    frame = json.dumps({"type": "step", "data": {"tool": "submit", "body": "x" * (5 << 20)}})
+
+    def too_big() -> None:
+        with _ws(served) as ws:
+            ws.send(frame)  # the server may close while it is still being sent
+            ws.recv(timeout=30)
+
+    with pytest.raises(ConnectionClosed) as closed:
+        too_big()
+    # closed with 1009 (message too big), or cut while the frame was still being sent
+    if closed.value.rcvd is not None:
+        assert closed.value.rcvd.code == 1009
+    with _ws(served) as ws:  # the next client is served
+        ws.send(json.dumps({"type": "state", "id": "next"}))
+        assert json.loads(ws.recv(timeout=30))["id"] == "next"
+
+
 def test_a_client_gone_mid_episode_is_recorded_unscored_and_the_run_reads_as_an_eval_run(
     served: Served, stock: dict[str, Any]
 ) -> None:
@@ -263,6 +285,9 @@ def test_a_client_gone_mid_episode_is_recorded_unscored_and_the_run_reads_as_an_
     assert gone[0].status == "infra_error"
     assert gone[0].infra_error is not None
     assert gone[0].infra_error.type == "ClientDisconnected"
+    closed = [r for r in served.records() if r.infra_error and r.infra_error.type == "ClientClosed"]
+    assert closed  # the stock client's close() mid-episode
+    assert all(r.status == "infra_error" for r in closed)
     rewards = {(r.status, r.reward, r.passed) for r in served.records() if r.reason == "submit"}
     assert ("completed", 3.0, True) in rewards
     assert ("completed", 0.0, False) in rewards
