@@ -83,9 +83,16 @@ def serve_cmd(
     draw, one tool action per step ({"tool": "submit", "body": ...}), the reward on the
     observation at the end (null when the infrastructure failed). Every episode is recorded
     as `rcb-env eval` records one. SIGTERM drains."""
-    from rcb_env.integrations.serve.app import needs_token, serve
+    from rcb_env.integrations.serve.app import TOKEN_PATTERN, needs_token, serve
     from rcb_env.integrations.serve.sessions import EpisodeServer, ServeLimits
 
+    if token is None and needs_token(host):
+        token = secrets.token_urlsafe(24)
+    if token is not None and not TOKEN_PATTERN.fullmatch(token):
+        raise click.BadParameter(
+            "at least 16 characters of A-Z a-z 0-9 _ ~ . - (it stands in URLs as it is)",
+            param_hint="--token",
+        )
     loaded = selection.load()
     if subset is not None:
         loaded = select_subset(loaded, load_subset(subset))
@@ -96,8 +103,6 @@ def serve_cmd(
         grading=GradingConfig() if timeout is None else GradingConfig(timeout_s=timeout),
         budgets=BudgetConfig(max_steps=max_steps, max_wall_s=max_wall),
     )
-    if token is None and needs_token(host):
-        token = secrets.token_urlsafe(24)
     folder = run_dir if run_dir is not None else new_run_dir(runs_dir)
     server = EpisodeServer(loaded, cfg, folder, ServeLimits.model_validate(limits))
     err.print(

@@ -32,7 +32,7 @@ from rcb_env.sandbox import SandboxConfig
 ROOT = Path(__file__).resolve().parents[2]
 OPENENV_PYTHON = ROOT / ".venv" / "openenv" / "bin" / "python"
 CLIENT = Path(__file__).with_name("openenv_client.py")
-TOKEN = "test-token-5f1c"
+TOKEN = "test-token-5f1c-0b8e"
 TASK = "scaled-attention/softmax"
 
 
@@ -366,3 +366,20 @@ def test_the_reaper_ends_idle_and_overlong_episodes_and_keeps_the_session(
     assert record.reason == reason
     assert record.status == "truncated"
     assert record.passed is False
+
+
+def test_a_token_is_needed_off_loopback_and_must_stand_in_a_url() -> None:
+    from click.testing import CliRunner
+
+    from rcb_env.cli import cli
+    from rcb_env.integrations.serve.app import needs_token
+
+    assert not needs_token("127.0.0.1")
+    assert not needs_token("::1")
+    assert not needs_token("localhost")
+    assert needs_token("0.0.0.0")
+    assert needs_token("10.1.2.3")
+    assert needs_token("gpu-node-3")
+    short = CliRunner().invoke(cli, ["serve", "--token", "abc"])
+    assert short.exit_code == 2
+    assert "--token" in short.output

@@ -20,8 +20,10 @@ import base64
 import contextlib
 import hmac
 import ipaddress
+import re
 import secrets
 import signal
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -38,12 +40,16 @@ from rcb_env.integrations.serve.protocol import error_frame, schema
 from rcb_env.integrations.serve.sessions import EpisodeServer
 from rcb_env.logs import get_logger
 
-__all__ = ["MAX_FRAME_BYTES", "build_app", "needs_token", "serve"]
+__all__ = ["MAX_FRAME_BYTES", "TOKEN_PATTERN", "build_app", "needs_token", "serve"]
 
 log = get_logger(__name__)
 
 MAX_FRAME_BYTES = 4 * 1024 * 1024
 """The largest websocket frame taken (an action is at most 1 MB of JSON)."""
+
+
+TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_~.-]{16,256}")
+"""A token: at least 16 characters that stand in a URL's path and password as they are."""
 
 
 def needs_token(host: str) -> bool:
@@ -278,7 +284,7 @@ def serve(
                 return
             await asyncio.sleep(0.02)
         bound = uv.servers[0].sockets[0].getsockname()[1]
-        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
         url = f"http://{shown}:{bound}" + (f"/{token}" if token else "")
         if on_ready is not None:
             on_ready(url)

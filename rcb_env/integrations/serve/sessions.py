@@ -219,8 +219,10 @@ class EpisodeServer:
                 await session.interrupt("ServerShutdown", "the server shut down mid-episode")
 
     def close(self) -> None:
+        """Wait for the work in flight; release the sandboxes' warm processes and templates."""
         self.executor.shutdown(wait=True)
         self.ledger.close()
+        shared.close_shared()
 
 
 def _next_samples(run_dir: Path) -> Counter[str]:
