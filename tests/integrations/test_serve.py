@@ -250,6 +250,32 @@ def test_malformed_and_out_of_order_frames_are_answered_in_order_and_keep_the_se
     assert step["done"] is False
 
 
+def test_frames_that_are_no_frames_each_get_an_error_and_the_session_goes_on(
+    served: Served,
+) -> None:
+    odd = [
+        "null",
+        '"reset"',
+        "[" * 100_000,  # deeper than the JSON parser goes
+        json.dumps({"type": "reset", "data": {"seed": -1}}),
+        json.dumps({"type": "reset", "data": {"task_id": 5}}),
+        json.dumps({"type": "reset", "data": []}),
+        json.dumps({"type": 7}),
+        json.dumps({"data": {"tool": "submit"}}),
+        b"\xff\xfe not utf-8",
+    ]
+    with _ws(served) as ws:
+        for frame in odd:
+            ws.send(frame)
+        answers = [json.loads(ws.recv(timeout=30)) for _ in odd]
+        ws.send(json.dumps({"type": "state", "id": "still-here"}))
+        last = json.loads(ws.recv(timeout=30))
+    assert [a["type"] for a in answers] == ["error"] * len(odd)
+    assert all(a["data"]["code"] and a["data"]["message"] for a in answers)
+    assert last["id"] == "still-here"
+    assert last["type"] == "state"
+
+
 def test_a_frame_over_the_size_cap_is_refused_and_the_server_keeps_serving(
     served: Served,
 ) -> None:
