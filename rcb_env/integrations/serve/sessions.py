@@ -320,7 +320,9 @@ class ServedSession:
     # episode work (in the server's executor) ------------------------------------------------
     def _reset(self, request: _Reset) -> tuple[ServedObservation, float | None, bool]:
         paper, snippet = self.server.pick(request.task_id, request.seed)
-        self._end(StopReason.AGENT_STOPPED)  # an episode running is ended first
+        if self.server.draining:  # refused before the running episode is touched
+            raise Refused(ErrorCode.DRAINING, "the server is shutting down; no new episode")
+        self._end(StopReason.AGENT_STOPPED)  # an episode running is ended first (its slot freed)
         self.server._claim()
         try:
             self.sample = self.server._sample(snippet.id)
