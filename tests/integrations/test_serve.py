@@ -82,7 +82,7 @@ def served(require_bwrap: None, tmp_path_factory: pytest.TempPathFactory) -> Ite
         [
             *(sys.executable, "-m", "rcb_env", "serve", "--sandbox", "bwrap", "--port", "0"),
             *("--token", TOKEN, "--runs-dir", str(tmp / "runs"), "--max-episodes", "2"),
-            *("--max-connections", "4", "--drain-s", "2", "--paper", "scaled-attention"),
+            *("--max-connections", "4", "--drain-s", "3", "--paper", "scaled-attention"),
         ],
         stderr=subprocess.PIPE,
         text=True,
@@ -336,9 +336,14 @@ def test_sigterm_drains_an_open_episode_is_recorded_interrupted(served: Served) 
         except urllib.error.HTTPError as exc:
             health = exc.code
         except OSError:
-            health = 0  # already gone
+            health = 0  # gone: it did not drain
         time.sleep(0.05)
-    assert health in (503, 0)
+    assert health == 503  # draining (for --drain-s: an episode is open)
+    # a new episode is refused; the running one is left to the drain
+    ws.send(json.dumps({"type": "reset", "data": {"task_id": TASK}, "id": "late"}))
+    late = json.loads(ws.recv(timeout=30))
+    assert late["id"] == "late"
+    assert late["data"]["code"] == "DRAINING"
     assert served.proc.wait(timeout=30) == 0
     ws.close()
     (drained,) = [r for r in served.records() if r.episode_id == "drained"]
