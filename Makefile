@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 RCB_ENV_HOME ?= /opt/rcb-env
 MYPY_CACHE ?= $(RCB_ENV_HOME)/cache/mypy
 
-.PHONY: install install-core check static test pytest tests tests-exclusive test-fast test-agent-clis acceptance-agent-clis bench-agent-cli docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence harbor-published grpo-example bench-rl-scale first-observation strength bench-mutants published-docker clean
+.PHONY: install install-core check static test pytest tests tests-exclusive test-fast test-agent-clis acceptance-agent-clis bench-agent-cli docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence harbor-published grpo-example bench-rl-scale first-observation strength bench-mutants published-docker bench-serve serve-acceptance clean
 
 install:
 	bash scripts/install.sh
@@ -154,6 +154,15 @@ bench-rl-scale: install
 # The first observation's size per benchmark and paper_in_prompt setting (docs/rl.md).
 first-observation: install
 	$(BIN)/python -m benchmarks.first_observation
+
+# rcb-env serve: reset + step over /ws vs in process, and 256 sessions held at once (docs/serve.md).
+bench-serve: install
+	$(BIN)/python -m benchmarks.bench_serve
+
+# rcb-env serve's acceptance (after `make published`): the oracle through OpenEnv's own client on
+# every runnable published snippet scores its line weight, a wrong body 0, 0 infrastructure errors.
+serve-acceptance: install
+	$(BIN)/python -m benchmarks.serve_acceptance
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -154,4 +154,15 @@ fi
 RCB_ENV_HOME="$RCB_ENV_HOME" TASK_PYTHON_BASE="$TASK_PYTHON_BASE" \
   .venv/bin/python -m rcb_agents.clis install | sed 's/^\[install\] //' | while read -r line; do say "$line"; done
 
+# 7. OpenEnv's client (openenv-core, pinned), in a venv of its own, .venv/openenv: the tests and
+# the acceptance run of `rcb-env serve` drive the server with it, unchanged. Kept out of .venv:
+# it would upgrade mcp and downgrade pillow there.
+want="openenv-core==0.3.0"
+if [ "$(cat .venv/openenv/.rcb-stamp 2>/dev/null)" != "$want" ]; then
+  say "installing $want into .venv/openenv"
+  [ -x .venv/openenv/bin/python ] || "$PYTHON" -m venv --without-pip .venv/openenv
+  .venv/bin/uv pip install -q --compile-bytecode --python .venv/openenv/bin/python "$want"
+  echo "$want" > .venv/openenv/.rcb-stamp
+fi
+
 finish

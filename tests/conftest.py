@@ -212,12 +212,13 @@ def host_lock(
 #: test`` runs the tests not marked exclusive with ``pytest -n 3 --dist loadgroup``): the Docker
 #: engine and the images the session builds; Ray (a cluster per test, on Ray's fixed ports);
 #: the report's runs (a module fixture of 15-20 s, made once, not on every worker); the agent
-#: CLIs' runs (a module fixture per CLI).
+#: CLIs' runs (a module fixture per CLI); the served episodes (one server for the module).
 _GROUPS = {
     "docker": "docker",
     "test_ray.py": "ray",
     "test_report.py": "report",
     "test_agent_clis.py": "agent-clis",
+    "test_serve.py": "serve",
 }
 #: Files of long tests (tens of seconds each): handed out first, after the groups, so that no
 #: worker is left with one of them while the others sit idle at the end of a run.

@@ -17,6 +17,7 @@ from rcb_env.cli import (
     mcp,
     report,
     results,
+    serve,
     tasks,
     validate,
 )
@@ -36,6 +37,7 @@ _COMMANDS = (
     mcp,
     report,
     results,
+    serve,
     tasks,
     validate,
 )

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from rcb_env.agent import Agent, AgentFactory, agent_factory
 from rcb_env.episode.config import BudgetConfig, EnvConfig, EpisodeConfig
 from rcb_env.episode.driver import Episode
+from rcb_env.episode.outcome import EpisodeOutcome
 from rcb_env.grading.grader import GradingConfig
 from rcb_env.logs import get_logger
 from rcb_env.results.records import EpisodeRecord
@@ -87,26 +88,10 @@ def run_episode(
         outcome = episode.run(agent)
     finally:
         episode.close()
-    episode_id = episode.episode_id
-    record = EpisodeRecord.from_outcome(
-        outcome,
-        run_id=run_id,
-        episode_id=episode_id,
-        snippet_id=snippet.id,
-        paper_id=paper.id,
-        sample=sample,
-        weight=snippet.weight,
-        task_hash=task_hash(snippet),
-        agent=agent.describe(),
-        config=cfg.model_dump(mode="json", exclude={"agent"}),
-        initial_observation=episode.initial,
-        steps=episode.steps,
-        model_calls=episode.model_calls,
-        tokens=episode.tokens,
-        cost=round(episode.cost, 6),
-        started_at=episode.started_at,
-        duration_s=round(episode.duration_s, 3),
+    record = episode_record(
+        episode, outcome, run_id=run_id, sample=sample, agent=agent.describe(), cfg=cfg
     )
+    episode_id = episode.episode_id
     log.info(
         "episode",
         run_id=run_id,
@@ -117,3 +102,35 @@ def run_episode(
         passed=record.passed,
     )
     return record
+
+
+def episode_record(
+    episode: Episode,
+    outcome: EpisodeOutcome,
+    *,
+    run_id: str,
+    sample: int,
+    agent: dict[str, Any],
+    cfg: EvalConfig,
+) -> EpisodeRecord:
+    """The record of an ended ``episode`` (every door that records episodes as a run does:
+    ``eval``, ``rcb-env serve``)."""
+    return EpisodeRecord.from_outcome(
+        outcome,
+        run_id=run_id,
+        episode_id=episode.episode_id,
+        snippet_id=episode.snippet.id,
+        paper_id=episode.paper.id,
+        sample=sample,
+        weight=episode.snippet.weight,
+        task_hash=task_hash(episode.snippet),
+        agent=agent,
+        config=cfg.model_dump(mode="json", exclude={"agent"}),
+        initial_observation=episode.initial,
+        steps=episode.steps,
+        model_calls=episode.model_calls,
+        tokens=episode.tokens,
+        cost=round(episode.cost, 6),
+        started_at=episode.started_at,
+        duration_s=round(episode.duration_s, 3),
+    )

@@ -37,6 +37,7 @@ __all__ = [
     "EvalConfig",
     "make_agent_factory",
     "new_run_dir",
+    "open_run",
     "run_episode",
     "run_eval",
     "runnable",
@@ -187,6 +188,17 @@ def _open_run(
         raise ConfigError(f"{run_dir} already holds a run; pass --resume to continue it")
     write_json_atomic(manifest_path, _manifest(run_dir.name, cfg, pset, totals))
     return pset, run_dir.name
+
+
+def open_run(pset: Pset, cfg: EvalConfig, run_dir: Path) -> tuple[Pset, str]:
+    """A run folder for episodes that come as they come (``rcb-env serve``): its manifest
+    written (or, a folder that holds this run already, checked), the selection's runnable part
+    and the run's id.
+
+    Raises:
+        ConfigError: the folder holds a run of another configuration or task set.
+    """
+    return _open_run(pset, cfg, run_dir, resume=True, only_ready=True, here=True)
 
 
 def _comparable(key: str, value: Any) -> Any:

@@ -1,0 +1,416 @@
+"""``rcb-env serve`` driven by OpenEnv's own client (openenv-core 0.3.0 from ``.venv/openenv``,
+unchanged) and by raw websocket frames: one server for the module (the bundled tasks, bwrap,
+a token on 127.0.0.1, 2 open episodes, 4 connections), stopped with SIGTERM at the end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.sync.client import connect
+
+from rcb_env.integrations.pull import load_tasks
+from rcb_env.integrations.serve.protocol import schema
+from rcb_env.integrations.serve.sessions import EpisodeServer, ServeLimits
+from rcb_env.results.records import RECORDS, read_records
+from rcb_env.results.summary import summarize_run
+from rcb_env.runner.episode import EvalConfig
+from rcb_env.sandbox import SandboxConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+OPENENV_PYTHON = ROOT / ".venv" / "openenv" / "bin" / "python"
+CLIENT = Path(__file__).with_name("openenv_client.py")
+TOKEN = "test-token-5f1c-0b8e"
+TASK = "scaled-attention/softmax"
+
+
+@dataclass
+class Served:
+    proc: subprocess.Popen[str]
+    url: str
+    """The base URL with the token's path prefix."""
+    runs: Path
+    answers: Path
+
+    @property
+    def port_url(self) -> str:
+        return self.url.removesuffix("/" + TOKEN)
+
+    @property
+    def run_dir(self) -> Path:
+        (folder,) = self.runs.iterdir()
+        return folder
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=10) as r:
+            return json.loads(r.read())
+
+    def records(self) -> list[Any]:
+        return read_records(self.run_dir / RECORDS)
+
+    def settle(self) -> None:
+        """Wait until the server holds no open episode."""
+        deadline = time.monotonic() + 20
+        while self.get("/rcb")["open_episodes"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def served(require_bwrap: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    if not OPENENV_PYTHON.exists():
+        if os.environ.get("CI"):
+            pytest.fail("scripts/install.sh makes .venv/openenv")
+        pytest.skip("no .venv/openenv (scripts/install.sh makes it)")
+    tmp = tmp_path_factory.mktemp("serve")
+    answers = tmp / "answers.json"
+    answers.write_text(
+        json.dumps({s.id: [s.reference_body, s.weight] for s in load_tasks(None).snippets})
+    )
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "rcb_env", "serve", "--sandbox", "bwrap", "--port", "0"),
+            *("--token", TOKEN, "--runs-dir", str(tmp / "runs"), "--max-episodes", "2"),
+            *("--max-connections", "4", "--drain-s", "3", "--paper", "scaled-attention"),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    url = ""
+    deadline = time.monotonic() + 60
+    while not url and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        if "base URL " in line:
+            url = line.split("base URL ", 1)[1].strip()
+    assert url, f"the server did not start (exit {proc.poll()})"
+    yield Served(proc, url, tmp / "runs", answers)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def stock(served: Served) -> dict[str, Any]:
+    """The scenarios of the stock client, played once."""
+    run = subprocess.run(
+        [str(OPENENV_PYTHON), str(CLIENT), "tests", served.url, str(served.answers)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    served.settle()
+    result: dict[str, Any] = json.loads(run.stdout)
+    return result
+
+
+def test_the_stock_client_plays_an_episode_oracle_scores_its_weight_wrong_body_zero(
+    stock: dict[str, Any],
+) -> None:
+    reset = stock["reset"]
+    assert reset["done"] is False
+    assert reset["reward"] is None
+    obs = reset["observation"]
+    assert obs["task_id"] == TASK
+    assert obs["status"] == "running"
+    assert obs["weight"] == 3
+    assert "softmax" in obs["text"].lower()
+    oracle = stock["oracle"]
+    assert oracle["done"] is True
+    assert oracle["reward"] == 3.0
+    assert oracle["observation"]["passed"] is True
+    assert oracle["observation"]["scored"] is True
+    assert stock["state_after"]["done"] is True
+    assert stock["state_after"]["reward"] == 3.0
+    after = stock["step_after_end"]
+    assert after["done"] is True
+    assert "ended" in after["observation"]["text"]
+    wrong = stock["wrong"]
+    assert wrong["done"] is True
+    assert wrong["reward"] == 0.0
+    assert wrong["observation"]["scored"] is True
+    assert wrong["observation"]["passed"] is False
+    # a seeded draw is the same task each time
+    first, again = stock["seeded"]
+    assert first == again
+
+
+def test_bad_actions_and_refused_resets_keep_the_session(stock: dict[str, Any]) -> None:
+    bad = stock["bad_action"]
+    assert bad["observation"]["tool_ok"] is False
+    assert "unknown tool" in bad["observation"]["text"]
+    assert bad["done"] is False
+    assert "VALIDATION_ERROR" in stock["unknown_task"]
+    assert "no task 'no/such'" in stock["unknown_task"]
+    assert "VALIDATION_ERROR" in stock["unknown_reset_key"]
+    assert stock["after_refusals"]["observation"]["tool_ok"] is True
+    assert "attention/core.py" in stock["after_refusals"]["observation"]["text"]
+    names = {t["name"] for t in stock["list_tools"]["observation"]["tools"]}
+    assert {"submit", "read_file", "run_tests"} <= names
+
+
+def test_capacity_is_refused_clearly_and_a_slot_that_frees_is_given(
+    stock: dict[str, Any],
+) -> None:
+    assert "CAPACITY_REACHED" in stock["capacity"]
+    assert stock["capacity_retry"] == "running"
+    assert "HTTP 503" in stock["connections"]
+    assert stock["connections_after"] == "accepted"
+
+
+def test_the_token_is_required_and_the_stock_client_carries_it(stock: dict[str, Any]) -> None:
+    assert "HTTP 403" in stock["no_token"]
+    assert "HTTP 403" in stock["wrong_token"]
+    assert stock["user_info"] == "running"
+
+
+def test_http_routes_schema_from_the_typed_actions_and_no_reference_anywhere(
+    served: Served, stock: dict[str, Any]
+) -> None:
+    assert served.get("/health") == {"status": "healthy"}
+    assert served.get("/schema") == json.loads(json.dumps(schema()))
+    meta = served.get("/metadata")
+    assert set(meta) == {
+        "name",
+        "description",
+        "readme_content",
+        "version",
+        "author",
+        "documentation_url",
+    }
+    with pytest.raises(urllib.error.HTTPError) as denied:
+        urllib.request.urlopen(served.port_url + "/health", timeout=10)
+    assert denied.value.code == 403
+    request = urllib.request.Request(
+        served.port_url + "/health", headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as r:
+        assert r.headers["X-Request-Id"]
+    answers = json.loads(served.answers.read_text())
+    shown = json.dumps([stock, *(served.get(p) for p in ("/schema", "/metadata", "/rcb"))])
+    for body, _weight in answers.values():
+        assert body.strip() not in shown
+
+
+def _ws(served: Served) -> Any:
+    return connect(served.url.replace("http://", "ws://") + "/ws", open_timeout=10)
+
+
+def test_malformed_and_out_of_order_frames_are_answered_in_order_and_keep_the_session(
+    served: Served,
+) -> None:
+    sent = [
+        "{not json",
+        "[1, 2]",
+        json.dumps({"type": "frobnicate", "id": "u1"}),
+        json.dumps({"type": "step", "data": {"tool": "list_files"}, "id": "before-reset"}),
+        json.dumps({"type": "step", "id": "no-data"}),
+        json.dumps({"type": "reset", "data": {"task_id": TASK}, "id": "r1"}),
+        json.dumps({"type": "step", "data": {"tool": "read_file"}, "id": "s1"}),
+        json.dumps({"type": "state", "id": "st"}),
+    ]
+    with _ws(served) as ws:
+        for frame in sent:  # pipelined: all sent before any answer is read
+            ws.send(frame)
+        ws.send(b'{"type": "state", "id": "binary"}')
+        answers = [json.loads(ws.recv(timeout=30)) for _ in range(len(sent) + 1)]
+    codes = [a["data"].get("code") if a["type"] == "error" else a["type"] for a in answers]
+    assert codes == [
+        "INVALID_JSON",
+        "VALIDATION_ERROR",
+        "UNKNOWN_TYPE",
+        "NO_EPISODE",
+        "VALIDATION_ERROR",
+        "observation",
+        "observation",
+        "state",
+        "state",
+    ]
+    ids = [a["id"] for a in answers]
+    assert ids[2:] == ["u1", "before-reset", "no-data", "r1", "s1", "st", "binary"]
+    assert ids[0].endswith("-1")
+    assert ids[1].endswith("-2")
+    step = answers[6]["data"]
+    assert step["observation"]["tool_ok"] is False
+    assert step["done"] is False
+
+
+def test_frames_that_are_no_frames_each_get_an_error_and_the_session_goes_on(
+    served: Served,
+) -> None:
+    odd = [
+        "null",
+        '"reset"',
+        "[" * 100_000,  # deeper than the JSON parser goes
+        json.dumps({"type": "reset", "data": {"seed": -1}}),
+        json.dumps({"type": "reset", "data": {"task_id": 5}}),
+        json.dumps({"type": "reset", "data": []}),
+        json.dumps({"type": 7}),
+        json.dumps({"data": {"tool": "submit"}}),
+        b"\xff\xfe not utf-8",
+    ]
+    with _ws(served) as ws:
+        for frame in odd:
+            ws.send(frame)
+        answers = [json.loads(ws.recv(timeout=30)) for _ in odd]
+        ws.send(json.dumps({"type": "state", "id": "still-here"}))
+        last = json.loads(ws.recv(timeout=30))
+    assert [a["type"] for a in answers] == ["error"] * len(odd)
+    assert all(a["data"]["code"] and a["data"]["message"] for a in answers)
+    assert last["id"] == "still-here"
+    assert last["type"] == "state"
+
+
+def test_a_frame_over_the_size_cap_is_refused_and_the_server_keeps_serving(
+    served: Served,
+) -> None:
+    from websockets.exceptions import ConnectionClosed
+
+    frame = json.dumps({"type": "step", "data": {"tool": "submit", "body": "x" * (5 << 20)}})
+
+    def too_big() -> None:
+        with _ws(served) as ws:
+            ws.send(frame)  # the server may close while it is still being sent
+            ws.recv(timeout=30)
+
+    with pytest.raises(ConnectionClosed) as closed:
+        too_big()
+    # closed with 1009 (message too big), or cut while the frame was still being sent
+    if closed.value.rcvd is not None:
+        assert closed.value.rcvd.code == 1009
+    with _ws(served) as ws:  # the next client is served
+        ws.send(json.dumps({"type": "state", "id": "next"}))
+        assert json.loads(ws.recv(timeout=30))["id"] == "next"
+
+
+def test_a_client_gone_mid_episode_is_recorded_unscored_and_the_run_reads_as_an_eval_run(
+    served: Served, stock: dict[str, Any]
+) -> None:
+    with _ws(served) as ws:
+        ws.send(json.dumps({"type": "reset", "data": {"task_id": TASK, "episode_id": "gone-1"}}))
+        reset = json.loads(ws.recv(timeout=30))
+        assert reset["data"]["observation"]["episode_id"] == "gone-1"
+    served.settle()
+    gone = [r for r in served.records() if r.episode_id == "gone-1"]
+    assert len(gone) == 1
+    assert gone[0].status == "infra_error"
+    assert gone[0].infra_error is not None
+    assert gone[0].infra_error.type == "ClientDisconnected"
+    closed = [r for r in served.records() if r.infra_error and r.infra_error.type == "ClientClosed"]
+    assert closed  # the stock client's close() mid-episode
+    assert all(r.status == "infra_error" for r in closed)
+    rewards = {(r.status, r.reward, r.passed) for r in served.records() if r.reason == "submit"}
+    assert ("completed", 3.0, True) in rewards
+    assert ("completed", 0.0, False) in rewards
+    summary = summarize_run(served.run_dir)
+    assert summary.infra_errors >= 1
+    assert summary.episodes >= 3
+    assert summary.overall is not None
+
+
+def test_sigterm_drains_an_open_episode_is_recorded_interrupted(served: Served) -> None:
+    ws = _ws(served)
+    ws.send(json.dumps({"type": "reset", "data": {"task_id": TASK, "episode_id": "drained"}}))
+    json.loads(ws.recv(timeout=30))
+    served.proc.send_signal(signal.SIGTERM)
+    health = 200
+    deadline = time.monotonic() + 5
+    while health == 200 and time.monotonic() < deadline:  # draining: health says so
+        try:
+            served.get("/health")
+        except urllib.error.HTTPError as exc:
+            health = exc.code
+        except OSError:
+            health = 0  # gone: it did not drain
+        time.sleep(0.05)
+    assert health == 503  # draining (for --drain-s: an episode is open)
+    # a new episode is refused; the running one is left to the drain
+    ws.send(json.dumps({"type": "reset", "data": {"task_id": TASK}, "id": "late"}))
+    late = json.loads(ws.recv(timeout=30))
+    assert late["id"] == "late"
+    assert late["data"]["code"] == "DRAINING"
+    assert served.proc.wait(timeout=30) == 0
+    ws.close()
+    (drained,) = [r for r in served.records() if r.episode_id == "drained"]
+    assert drained.status == "infra_error"
+    assert drained.infra_error is not None
+    assert drained.infra_error.type == "ServerShutdown"
+
+
+@pytest.mark.parametrize(
+    ("limits", "reason"),
+    [
+        ({"idle_s": 5.0}, "agent_stopped"),
+        ({"episode_wall_s": 0.01}, "budget_wall_s"),
+    ],
+)
+def test_the_reaper_ends_idle_and_overlong_episodes_and_keeps_the_session(
+    tmp_path: Path, limits: dict[str, float], reason: str
+) -> None:
+    """An episode whose client went quiet (or that ran past the wall limit) is ended, graded
+    as it stands and recorded; the session's next frame gets the ended observation."""
+    cfg = EvalConfig(agent="openenv", sandbox=SandboxConfig(backend="local"))
+    server = EpisodeServer(
+        load_tasks(None), cfg, tmp_path / "run", ServeLimits.model_validate(limits)
+    )
+
+    Answer = dict[str, Any] | None
+
+    async def play() -> tuple[Answer, dict[str, int], Answer]:
+        session = server.connect({"client": "test"})
+        reset = await session.answer(json.dumps({"type": "reset", "data": {"task_id": TASK}}))
+        quiet = await server.reap(time.monotonic())  # nothing is overdue yet (idle)
+        await asyncio.sleep(0.05)
+        ended = await server.reap(time.monotonic() + 10)
+        after = await session.answer(json.dumps({"type": "step", "data": {"tool": "list_files"}}))
+        return reset, {"quiet": quiet, "ended": ended}, after
+
+    try:
+        reset, counts, after = asyncio.run(play())
+    finally:
+        server.close()
+    assert reset is not None
+    assert reset["data"]["done"] is False
+    assert counts["quiet"] + counts["ended"] == 1  # once, by whichever pass found it overdue
+    if reason == "agent_stopped":
+        assert counts["quiet"] == 0  # not before idle_s
+    assert after is not None
+    assert after["data"]["done"] is True
+    assert "ended" in after["data"]["observation"]["text"]
+    assert server.open_episodes == 0
+    (record,) = read_records(tmp_path / "run" / RECORDS)
+    assert record.reason == reason
+    assert record.status == "truncated"
+    assert record.passed is False
+
+
+def test_a_token_is_needed_off_loopback_and_must_stand_in_a_url() -> None:
+    from click.testing import CliRunner
+
+    from rcb_env.cli import cli
+    from rcb_env.integrations.serve.app import needs_token
+
+    assert not needs_token("127.0.0.1")
+    assert not needs_token("::1")
+    assert not needs_token("localhost")
+    assert needs_token("0.0.0.0")
+    assert needs_token("10.1.2.3")
+    assert needs_token("gpu-node-3")
+    short = CliRunner().invoke(cli, ["serve", "--token", "abc"])
+    assert short.exit_code == 2
+    assert "--token" in short.output
