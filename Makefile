@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 RCB_ENV_HOME ?= /opt/rcb-env
 MYPY_CACHE ?= $(RCB_ENV_HOME)/cache/mypy
 
-.PHONY: install install-core check static test pytest tests tests-exclusive test-fast test-agent-clis acceptance-agent-clis bench-agent-cli docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence harbor-published grpo-example bench-rl-scale first-observation strength bench-mutants published-docker bench-serve serve-acceptance clean
+.PHONY: install install-core install-tests check static test pytest tests tests-exclusive test-fast test-agent-clis acceptance-agent-clis bench-agent-cli docs fmt bench published bench-published bench-rollouts bench-ray bench-report equivalence harbor-published grpo-example bench-rl-scale first-observation strength bench-mutants published-docker bench-serve serve-acceptance clean
 
 install:
 	bash scripts/install.sh
@@ -16,6 +16,10 @@ install:
 # (Harbor, inspect, the agent CLIs) beside the static checks and the exclusive tests.
 install-core:
 	bash scripts/install.sh core
+
+# What `make test` uses beyond that: everything but the agent CLIs from PyPI (scripts/install.sh).
+install-tests:
+	bash scripts/install.sh tests
 
 check: install
 	$(MAKE) --no-print-directory static
@@ -45,7 +49,7 @@ pytest:
 # folder of their own (tests/conftest.py); then the rest on three workers on two cores (most
 # tests wait on subprocesses): the Docker tests on one worker, the Ray tests on one worker. The
 # 25 slowest tests are listed at the end.
-tests: tests-exclusive install
+tests: tests-exclusive install-tests
 	$(BIN)/pytest -n 3 --dist loadgroup -m "not exclusive and not agent_clis" --durations=25
 
 tests-exclusive:

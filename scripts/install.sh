@@ -14,13 +14,14 @@
 # TASK_PYTHON_BASE (interpreter the task venv is made from, default /usr/bin/python3).
 #
 # `install.sh core` stops after step 3 (rcb-env, its task interpreter, the system packages): what
-# every command and test needs. `make test` runs it first, then the whole script beside the
+# every command and test needs. `make test` runs it first, then `install.sh tests` beside the
 # static checks and the tests that look at the whole host, which leave the machine's cores
-# mostly idle (steps 1-3 are then quick no-ops).
+# mostly idle (steps 1-3 are then quick no-ops): everything but the agent CLIs from PyPI, which
+# only `make test-agent-clis` runs (mini-swe-agent: a venv of 750 MB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 part=${1:-all}
-case $part in all | core) ;; *) echo "usage: $0 [core]" >&2; exit 2 ;; esac
+case $part in all | core | tests) ;; *) echo "usage: $0 [core | tests]" >&2; exit 2 ;; esac
 
 PYTHON=${PYTHON:-python3}
 RCB_ENV_HOME=${RCB_ENV_HOME:-/opt/rcb-env}
@@ -151,8 +152,10 @@ fi
 # $RCB_ENV_HOME/agents/<name>-<version>/ (bound read-only into the sandbox; outside any home
 # folder so the sandbox user can read it); offline afterwards. The same code as
 # `rcb-env agents install NAME`.
+agents=()
+[ "$part" = tests ] && agents=(claude-code codex)
 RCB_ENV_HOME="$RCB_ENV_HOME" TASK_PYTHON_BASE="$TASK_PYTHON_BASE" \
-  .venv/bin/python -m rcb_agents.clis install | sed 's/^\[install\] //' | while read -r line; do say "$line"; done
+  .venv/bin/python -m rcb_agents.clis install "${agents[@]}" | sed 's/^\[install\] //' | while read -r line; do say "$line"; done
 
 # 7. OpenEnv's client (openenv-core, pinned), in a venv of its own, .venv/openenv: the tests and
 # the acceptance run of `rcb-env serve` drive the server with it, unchanged. Kept out of .venv:
