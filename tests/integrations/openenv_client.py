@@ -72,7 +72,8 @@ def tests(url: str, answers: dict[str, list[Any]]) -> Result:
     out["bad_action"] = seen(c.step({"tool": "frobnicate"}))
     out["unknown_task"] = refused(lambda: c.reset(task_id="no/such"))
     out["unknown_reset_key"] = refused(lambda: c.reset(task_id=task, level=3))
-    out["after_refusals"] = seen(c.step({"tool": "list_files"}))
+    call = {"prompt_ids": [1, 2, 3], "completion_ids": [4, 5], "logprobs": [-0.1, -0.2]}
+    out["after_refusals"] = seen(c.step({"tool": "list_files", "metadata": {"model_call": call}}))
     out["oracle"] = seen(c.step({"tool": "submit", "body": body}))
     out["state_after"] = dict(c.state())
     out["step_after_end"] = seen(c.step({"tool": "list_files"}))

@@ -314,6 +314,14 @@ def test_a_client_gone_mid_episode_is_recorded_unscored_and_the_run_reads_as_an_
     closed = [r for r in served.records() if r.infra_error and r.infra_error.type == "ClientClosed"]
     assert closed  # the stock client's close() mid-episode
     assert all(r.status == "infra_error" for r in closed)
+    (oracle,) = [r for r in served.records() if r.reason == "submit" and r.reward == 3.0]
+    # the token data a client sent in a step's metadata is kept with the step it belongs to
+    assert {
+        "prompt_ids": [1, 2, 3],
+        "completion_ids": [4, 5],
+        "logprobs": [-0.1, -0.2],
+        "step": 2,  # list_tools is no step: bad action 1, list_files 2
+    } in oracle.model_calls
     rewards = {(r.status, r.reward, r.passed) for r in served.records() if r.reason == "submit"}
     assert ("completed", 3.0, True) in rewards
     assert ("completed", 0.0, False) in rewards
