@@ -160,3 +160,25 @@ def test_local_backend_warns_loudly(monkeypatch: pytest.MonkeyPatch, paper: Pape
         assert any("NO isolation" in str(w.message) for w in caught)
     finally:
         f.close()
+
+
+def test_agent_programs_are_optional_for_a_backend(paper: Paper) -> None:
+    """A backend without agent programs (local: the base class's ``run_program``) passes the
+    agent-program check, and refuses a program with a clear error: agent CLIs are then not
+    available on it, and an outside backend written before them still conforms."""
+    from rcb_env.errors import SandboxError
+    from rcb_env.sandbox.base import Program
+
+    cfg = SandboxConfig(backend="local", python=config.task_python())
+    ISOLATION_CHECKS["agent_programs_run_isolated"](
+        Context(config=cfg, paper=paper, isolating=True)
+    )
+    f = SandboxFactory(cfg)
+    try:
+        with (
+            f.create(paper, paper.snippet("bias correction")) as sb,
+            pytest.raises(SandboxError, match="cannot run an agent program"),
+        ):
+            sb.run_program(Program(argv=("true",)))
+    finally:
+        f.close()
