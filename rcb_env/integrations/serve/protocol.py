@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
+from rcb_env.episode.outcome import EpisodeStatus
 from rcb_env.tools.actions import Action, tool_specs
 
 __all__ = [
@@ -54,7 +55,8 @@ class ErrorCode(StrEnum):
     """rcb-env: the server is shutting down and starts no episode."""
 
 
-Status = Literal["running", "completed", "truncated", "infra_error"]
+Status = Literal["running"] | EpisodeStatus
+"""``running``, then how the episode ended: the one status vocabulary of records and outcomes."""
 
 
 class ServedObservation(BaseModel):
