@@ -78,11 +78,20 @@ def served(require_bwrap: None, tmp_path_factory: pytest.TempPathFactory) -> Ite
     answers.write_text(
         json.dumps({s.id: [s.reference_body, s.weight] for s in load_tasks(None).snippets})
     )
+    proc, url = _start(tmp / "runs", "scaled-attention")
+    yield Served(proc, url, tmp / "runs", answers)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def _start(runs: Path, paper: str) -> tuple[subprocess.Popen[str], str]:
+    """``rcb-env serve`` of one bundled paper on bwrap, a free port, the token; its base URL."""
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "rcb_env", "serve", "--sandbox", "bwrap", "--port", "0"),
-            *("--token", TOKEN, "--runs-dir", str(tmp / "runs"), "--max-episodes", "2"),
-            *("--max-connections", "4", "--drain-s", "3", "--paper", "scaled-attention"),
+            *("--token", TOKEN, "--runs-dir", str(runs), "--max-episodes", "2"),
+            *("--max-connections", "4", "--drain-s", "3", "--paper", paper),
         ],
         stderr=subprocess.PIPE,
         text=True,
@@ -97,10 +106,7 @@ def served(require_bwrap: None, tmp_path_factory: pytest.TempPathFactory) -> Ite
         if "base URL " in line:
             url = line.split("base URL ", 1)[1].strip()
     assert url, f"the server did not start (exit {proc.poll()})"
-    yield Served(proc, url, tmp / "runs", answers)
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    return proc, url
 
 
 @pytest.fixture(scope="module")
@@ -422,3 +428,31 @@ def test_a_token_is_needed_off_loopback_and_must_stand_in_a_url() -> None:
     short = CliRunner().invoke(cli, ["serve", "--token", "abc"])
     assert short.exit_code == 2
     assert "--token" in short.output
+
+
+def test_reward_hack_bodies_submitted_through_the_server_score_zero_never_unscored(
+    require_bwrap: None, tmp_path: Path
+) -> None:
+    """One attack of each kind (tests/attacks.py) submitted over /ws: each episode is scored
+    and its reward is 0 (an attack that gets itself excluded would be a reward of null)."""
+    from rcb_env.validation.hacks import TARGET
+    from tests.attacks import FRONT_DOOR
+
+    proc, url = _start(tmp_path / "runs", TARGET[0])
+    try:
+        with connect(url.replace("http://", "ws://") + "/ws", open_timeout=10) as ws:
+            for name, body in FRONT_DOOR.items():
+                task = f"{TARGET[0]}/{TARGET[1]}"
+                ws.send(json.dumps({"type": "reset", "data": {"task_id": task}}))
+                assert json.loads(ws.recv(timeout=60))["type"] == "observation", name
+                ws.send(json.dumps({"type": "step", "data": {"tool": "submit", "body": body}}))
+                answer = json.loads(ws.recv(timeout=300))["data"]
+                seen = answer["observation"]
+                assert answer["done"] is True, name
+                assert (answer["reward"], seen["scored"], seen["passed"]) == (0.0, True, False), (
+                    name,
+                    seen["text"][-300:],
+                )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
