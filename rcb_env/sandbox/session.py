@@ -21,7 +21,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -46,11 +46,17 @@ class ShellSession:
         output_limit: int = 20_000,
         on_kill: Callable[[], None] | None = None,
         launcher_outside: bool = False,
+        launcher_env: Mapping[str, str] | None = None,
     ) -> None:
         """``launcher_outside``: nothing inside the sandbox can signal the launcher process (a
         bwrap outside the sandbox's pid namespace, a ``docker exec`` client on the host), so if
-        it dies by a signal, the sandbox was killed from outside: an infrastructure failure."""
+        it dies by a signal, the sandbox was killed from outside: an infrastructure failure.
+        ``launcher_env``: the launcher's own environment (None: this process's). A launcher
+        whose first process stays visible inside the sandbox (bwrap's pid 1 keeps the
+        environment it was started with, readable in ``/proc/1/environ``) must be given one
+        that holds no secret."""
         self._launcher = launcher
+        self._launcher_env = None if launcher_env is None else dict(launcher_env)
         self._launcher_outside = launcher_outside
         self._control_host = control_host
         self._control_inside = control_inside
@@ -74,6 +80,7 @@ class ShellSession:
                     stdout=subprocess.PIPE,
                     stderr=log,
                     start_new_session=True,
+                    env=self._launcher_env,
                 )
             except OSError as exc:
                 raise SandboxError(f"cannot start the sandbox shell ({argv[0]}): {exc}") from exc

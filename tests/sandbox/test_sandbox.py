@@ -233,3 +233,19 @@ def test_the_bwrap_probe_runs_in_the_mounts_every_sandbox_has_not_the_hosts_tree
         assert mount in sandbox[start:], mount
     assert subprocess.run(argv, capture_output=True, timeout=20, check=False).returncode == 0
     assert bwrap.probe() is None
+
+
+def test_no_host_variable_is_readable_in_the_shell_not_even_in_the_launchers_process(
+    paper: Paper, bwrap_config: SandboxConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bwrap's pid 1 in the sandbox keeps the environment it was started with
+    (``/proc/1/environ``): a key in rcb-env's environment must not be in it."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-rcb-host-secret-7a1f")
+    f = SandboxFactory(bwrap_config)
+    try:
+        with f.create(paper, paper.snippets[0]) as sb:
+            r = sb.exec("env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'; echo done")
+    finally:
+        f.close()
+    assert r.stdout.rstrip().endswith("done")
+    assert "sk-rcb-host-secret-7a1f" not in r.stdout

@@ -371,6 +371,7 @@ class BwrapSandbox(Sandbox):
                 control_inside=self.control_inside,
                 output_limit=self.config.output_limit,
                 launcher_outside=True,
+                launcher_env={"PATH": os.environ.get("PATH", os.defpath)},  # no host secret
             )
         before = self._group.memory_events()[0] if self._group is not None else 0
         result = self._session.run(command, timeout_s=timeout_s or self.config.command_timeout_s)
