@@ -34,6 +34,7 @@ OPENENV_PYTHON = ROOT / ".venv" / "openenv" / "bin" / "python"
 CLIENT = Path(__file__).with_name("openenv_client.py")
 TOKEN = "test-token-5f1c-0b8e"
 TASK = "scaled-attention/softmax"
+FAKE_KEY = "sk-rcb-serve-test-0d9e4c"
 
 
 @dataclass
@@ -95,6 +96,7 @@ def _start(runs: Path, paper: str) -> tuple[subprocess.Popen[str], str]:
         ],
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "OPENAI_API_KEY": FAKE_KEY},  # a key the server holds: never served
     )
     assert proc.stderr is not None
     url = ""
@@ -215,6 +217,38 @@ def test_http_routes_schema_from_the_typed_actions_and_no_reference_anywhere(
 
 def _ws(served: Served) -> Any:
     return connect(served.url.replace("http://", "ws://") + "/ws", open_timeout=10)
+
+
+def test_no_path_outside_the_workspace_no_hidden_file_and_no_key_is_served(served: Served) -> None:
+    """An agent's careless or hostile requests over /ws: paths out of the workspace, the hidden
+    reference and test files, the server's environment. Each is an error observation or an
+    answer without them; the session goes on."""
+    steps = [
+        {"tool": "read_file", "path": "../../../../etc/passwd"},
+        {"tool": "read_file", "path": "/etc/passwd"},
+        {"tool": "read_file", "path": "attention/core_ref.py"},
+        {"tool": "read_file", "path": "paper2code_test.py"},
+        {"tool": "list_files", "path": ".."},
+        {"tool": "run_command", "command": "env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'"},
+        {"tool": "run_command", "command": "ls -R / 2>/dev/null | grep -c -x core_ref.py || true"},
+    ]
+    with _ws(served) as ws:
+        ws.send(json.dumps({"type": "reset", "data": {"task_id": TASK}}))
+        assert json.loads(ws.recv(timeout=60))["type"] == "observation"
+        seen = []
+        for step in steps:
+            ws.send(json.dumps({"type": "step", "data": step}))
+            answer = json.loads(ws.recv(timeout=60))
+            assert answer["type"] == "observation", (step, answer)
+            seen.append(answer["data"]["observation"])
+        ws.send(json.dumps({"type": "step", "data": {"tool": "submit"}}))
+        assert json.loads(ws.recv(timeout=120))["data"]["done"] is True
+    served.settle()
+    assert all(o["text"].startswith("error:") for o in seen[:5]), [o["text"][:200] for o in seen]
+    text = "\n".join(o["text"] for o in seen)
+    assert "root:x:0:0" not in text
+    assert FAKE_KEY not in text
+    assert seen[-1]["text"].split()[0] == "0", seen[-1]["text"][:300]
 
 
 def test_malformed_and_out_of_order_frames_are_answered_in_order_and_keep_the_session(
