@@ -7,8 +7,14 @@ host's, held by the run's proxy). Expected: every runnable snippet passes with i
 with the reference body, none with the wrong one, no infrastructure error, the key never found
 inside. Prints one JSON line per run and exits 1 if any expectation fails.
 
-    python -m benchmarks.accept_agent_clis [--agent claude-code --agent codex]
-        [--mode oracle --mode wrong] [--pset researchcodebench] [--jobs 2]
+    python -m benchmarks.accept_agent_clis [--agent claude-code --agent codex --agent tools]
+        [--mode oracle --mode wrong] [--pset researchcodebench] [--jobs 2] [--sandbox docker]
+        [--report FILE]
+
+``--agent tools`` is rcb-env's own tools agent played by the same scripted model (its
+``write_file`` and ``submit``), so that the CLIs' runs have a tools-agent run beside them: with
+more than one agent, ``rcb-env compare`` of the runs of each mode is printed (the paired
+intervals against the first agent), and ``--report`` writes ``rcb-env report`` of all of them.
 """
 
 from __future__ import annotations
@@ -30,9 +36,17 @@ from rcb_env.results.records import final_records, read_records
 KEY = "sk-acceptance-real-key-0b5e"
 
 
-def run(agent: str, mode: str, pset: str, jobs: int, runs: Path) -> dict[str, Any]:
+#: rcb-env's own agent, played by the same scripted model (chat completions with its tools).
+TOOLS = "tools"
+
+
+def run(  # noqa: PLR0913 (one run's settings)
+    agent: str, mode: str, pset: str, jobs: int, runs: Path, sandbox: str | None = None
+) -> dict[str, Any]:
     """One eval of ``agent`` against the scripted server in ``mode``; its numbers."""
-    cli = CLIS[agent]
+    provider, version = (
+        ("openai", "rcb-env") if agent == TOOLS else (CLIS[agent].provider, CLIS[agent].version)
+    )
     report = runs / f"{agent}-{mode}-server.json"
     runs.mkdir(parents=True, exist_ok=True)
     server = subprocess.Popen(
@@ -49,8 +63,9 @@ def run(agent: str, mode: str, pset: str, jobs: int, runs: Path) -> dict[str, An
         t0 = time.monotonic()
         subprocess.run(
             [str(rcb), "eval", "--pset", pset, "--agent", agent,
-             "--model", f"{cli.provider}:rcb-scripted", "--base-url", url,
-             "--jobs", str(jobs), "--runs-dir", str(runs_dir)],
+             "--model", f"{provider}:rcb-scripted", "--base-url", url,
+             "--jobs", str(jobs), "--runs-dir", str(runs_dir),
+             *(["--sandbox", sandbox] if sandbox else [])],
             env=env, check=False,
         )  # fmt: skip
         wall = time.monotonic() - t0
@@ -63,7 +78,8 @@ def run(agent: str, mode: str, pset: str, jobs: int, runs: Path) -> dict[str, An
     scored = [r for r in records if r.status.value != "infra_error"]
     return {
         "agent": agent,
-        "version": cli.version,
+        "version": version,
+        "sandbox": sandbox or "default",
         "mode": mode,
         "episodes": len(records),
         "passed": sum(bool(r.passed) for r in scored),
@@ -109,19 +125,34 @@ def verdict(result: dict[str, Any]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--agent", action="append", choices=sorted(CLIS))
+    parser.add_argument("--agent", action="append", choices=[*sorted(CLIS), TOOLS])
     parser.add_argument("--mode", action="append", choices=("oracle", "wrong"))
     parser.add_argument("--pset", default="researchcodebench")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--runs", type=Path, default=Path("runs/accept-agent-clis"))
+    parser.add_argument("--sandbox", default=None, help="bwrap (default) or docker")
+    parser.add_argument("--report", type=Path, default=None, help="rcb-env report of the runs")
     args = parser.parse_args(argv)
     failed = False
-    for agent in args.agent or ["claude-code", "codex"]:
-        for mode in args.mode or ["oracle", "wrong"]:
-            result = run(agent, mode, args.pset, args.jobs, args.runs)
+    agents = args.agent or ["claude-code", "codex"]
+    modes = args.mode or ["oracle", "wrong"]
+    done: dict[str, list[str]] = {mode: [] for mode in modes}
+    for agent in agents:
+        for mode in modes:
+            result = run(agent, mode, args.pset, args.jobs, args.runs, args.sandbox)
             result["problems"] = verdict(result)
             failed |= bool(result["problems"])
+            done[mode].append(result["run"])
             print(json.dumps(result), flush=True)
+    rcb = str(Path(sys.executable).with_name("rcb-env"))
+    for mode, run_dirs in done.items():
+        if len(run_dirs) > 1:
+            print(f"# rcb-env compare of the {mode} runs ({', '.join(agents)})", flush=True)
+            failed |= subprocess.run([rcb, "compare", *run_dirs], check=False).returncode != 0
+    if args.report is not None:
+        every = [d for run_dirs in done.values() for d in run_dirs]
+        cmd = [rcb, "report", *every, "-o", str(args.report), "--title", "agent CLIs"]
+        failed |= subprocess.run(cmd, check=False).returncode != 0
     sys.exit(1 if failed else 0)
 
 

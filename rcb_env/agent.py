@@ -86,8 +86,9 @@ class ProgramAgent(Protocol):
 
     def work(self, statement: str, info: dict[str, Any], runner: ProgramRunner) -> str:
         """Run the program to its end; why it ended (a
-        :class:`~rcb_env.episode.outcome.StopReason`): ``agent_stopped`` (it exited, with
-        success or not: the agent's own doing, said in :meth:`describe`) or the budget that
+        :class:`~rcb_env.episode.outcome.StopReason`): ``submit`` (it exited with success: its
+        own "done", graded like a submit, ``completed``), ``agent_stopped`` (it failed on its
+        own: graded as it stands, ``truncated``; said in :meth:`describe`) or the budget that
         stopped it (``budget_wall_s`` when the runner killed it, ``budget_tokens``, ...).
 
         Raises:

@@ -163,7 +163,9 @@ class CliAgent:
         budget = tap.cut_off_budget
         if budget is not None:
             return f"budget_{budget}"
-        return "agent_stopped"
+        # Exiting with success is the CLI's own "done": graded like a submit (completed); a
+        # CLI that failed is graded as it stands, as an agent that stopped without a submit.
+        return "agent_stopped" if result.exit_code != 0 else "submit"
 
     def end(self, info: dict[str, Any]) -> None:
         pass

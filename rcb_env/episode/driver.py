@@ -321,9 +321,10 @@ class Episode:
         charge: Any,
     ) -> EpisodeOutcome:
         """:meth:`run` for an agent that is a program in the sandbox: it works until it exits
-        or a budget ends it, then the workspace is graded as it stands (``truncated``: with
-        the budget's reason, or ``agent_stopped``); an endpoint's or the sandbox's failure is
-        an infrastructure outcome."""
+        or a budget ends it, then the workspace is graded as it stands: ``completed`` when it
+        says it is done (``submit``), else ``truncated`` with the budget's reason or
+        ``agent_stopped``; an endpoint's or the sandbox's failure is an infrastructure
+        outcome."""
         if not self.done:
             assert self._inner is not None
             assert self._inner.sandbox is not None

@@ -95,7 +95,7 @@ def print_summary(
     out.print(
         f"infrastructure errors (excluded from the rates): {s.infra_errors}"
         + (f" {s.infra_by_cause}" if s.infra_errors else "")
-        + f"; truncated by a budget: {s.truncated}",
+        + f"; truncated (graded as they stood): {s.truncated}",
         highlight=False,
         soft_wrap=True,
     )

@@ -195,13 +195,13 @@ def test_the_reference_body_written_by_the_clis_own_tool_passes_with_its_weight(
     request: pytest.FixtureRequest, run_name: str
 ) -> None:
     """The CLI writes the file with its own edit tool and exits; the block is graded like a
-    submit without body (``agent_stopped``, truncated) and passes with its line weight. The
-    record names the agent and its version and holds every model call the proxy saw, with its
-    usage; the ATIF export has them too."""
+    submit without body (``completed``: its exit is its submit) and passes with its line
+    weight. The record names the agent and its version and holds every model call the proxy
+    saw, with its usage; the ATIF export has them too."""
     run = _get(request, run_name)
     r = run.records[ORACLE]
-    assert r.status is EpisodeStatus.TRUNCATED, r.infra_error
-    assert r.reason is StopReason.AGENT_STOPPED
+    assert r.status is EpisodeStatus.COMPLETED, r.infra_error
+    assert r.reason is StopReason.SUBMIT
     assert r.passed is True
     assert r.reward == r.weight == 6
     cli = clis.CLIS[r.agent["name"]]
@@ -241,7 +241,7 @@ def test_the_agent_finds_no_key_and_no_network(
 @RUNS
 def test_a_wrong_body_scores_zero(request: pytest.FixtureRequest, run_name: str) -> None:
     r = _get(request, run_name).records[WRONG]
-    assert r.status is EpisodeStatus.TRUNCATED
+    assert r.status is EpisodeStatus.COMPLETED
     assert r.passed is False
     assert r.reward == 0.0
 
@@ -286,7 +286,8 @@ def test_the_cli_failing_on_its_own_is_the_agents_failure(
 
 def test_the_oracle_plays_each_clis_own_tools() -> None:
     """The scripted model's answers per wire format: Claude Code's Write, Codex's apply_patch
-    through exec_command, mini-swe-agent's bash; the next turn ends the episode."""
+    through exec_command, mini-swe-agent's bash, the tools agent's write_file; the next turn
+    ends the episode (the tools agent's: ``submit``)."""
     pset = select_snippets(load(bundled_root(), papers={PAPER}), (ORACLE,))
     oracle = CliOracle(pset)
     statement = next(iter(n for n, _p, _s in oracle.snippets))
@@ -308,7 +309,21 @@ def test_the_oracle_plays_each_clis_own_tools() -> None:
     assert oracle("/v1/messages", {"messages": [{"role": "user", "content": "?"}]}) == Fault(
         status=400, message="scripted model: no snippet in this request"
     )
-    assert oracle.answered == 2
+    # rcb-env's own tools agent (a chat request offering ``submit``): write_file, then submit
+    tools = [{"type": "function", "function": {"name": n}} for n in ("write_file", "submit")]
+    mine = {"messages": first["messages"], "tools": tools}
+    assert wire_of("/v1/chat/completions", mine) == "tools"
+    written = oracle("/v1/chat/completions", mine)
+    assert written is not None
+    assert not isinstance(written, Fault)
+    assert written.tool_calls[0][0] == "write_file"
+    assert isinstance(args := written.tool_calls[0][1], dict)
+    assert args["path"] == "optim.py"
+    submitted = oracle("/v1/chat/completions", {**done, "tools": tools})
+    assert submitted is not None
+    assert not isinstance(submitted, Fault)
+    assert submitted.tool_calls[0][0] == "submit"
+    assert oracle.answered == 3
     assert oracle.unknown == 1
 
 
@@ -364,3 +379,47 @@ def test_the_wall_clock_budget_kills_the_program_and_grades_the_workspace(
     assert outcome.reason is StopReason.BUDGET_WALL_S
     assert outcome.passed is False
     assert agent.saw_home == "x"
+
+
+@pytest.mark.bwrap
+@pytest.mark.slow
+def test_the_runs_concurrency_cap_holds_for_the_clis_model_calls(
+    require_bwrap: None, tmp_path: Path
+) -> None:
+    """The run's rate cap (``--concurrency``: model calls in flight to one endpoint at once,
+    across every worker) holds for agent CLIs too: their calls go through the run's proxy,
+    which takes the same cap. Two episodes at once, each call answered after a pause: with a
+    cap of 1 the endpoint never sees two calls at once; with 2 it does (so the check can fail)."""
+    cli = clis.CLAUDE_CODE
+    _installed(cli)
+    pset = select_snippets(load(bundled_root(), papers={PAPER}), (ORACLE, WRONG))
+    oracle = CliOracle(pset)
+
+    def slow(path: str, body: dict[str, Any]) -> Any:
+        time.sleep(0.8)
+        return oracle(path, body)
+
+    seen = {}
+    for cap in (1, 2):
+        with (
+            pytest.MonkeyPatch.context() as mp,
+            ScriptedModelServer(api_key=KEY, responder=slow) as server,
+        ):
+            mp.setenv("ANTHROPIC_API_KEY", KEY)
+            cfg = EvalConfig(
+                agent=cli.name,
+                model={
+                    "spec": f"{cli.provider}:rcb-scripted",
+                    "base_url": server.url,
+                    "concurrency": cap,
+                },
+                sandbox=SandboxConfig(backend="bwrap", python=config.task_python()),
+                grading=GradingConfig(python=config.task_python(), timeout_s=60),
+                budgets=BudgetConfig(max_wall_s=300),
+            )
+            run_dir = tmp_path / f"cap{cap}"
+            run_eval(pset, cfg, run_dir, jobs=2, infra_retries=0)
+            records = list(read_records(run_dir / "episodes.jsonl"))
+            assert [r.status for r in records] == [EpisodeStatus.COMPLETED] * 2
+            seen[cap] = server.max_in_flight
+    assert seen == {1: 1, 2: 2}

@@ -9,7 +9,10 @@ Each CLI's own tool, by the wire format it speaks:
 - Anthropic Messages (Claude Code): ``Write {file_path, content}``, then a text answer;
 - OpenAI Responses (Codex): ``exec_command`` running ``apply_patch`` with an ``Update File``
   patch (Codex intercepts it and applies it itself), then a text answer;
-- chat completions (mini-swe-agent): ``bash`` writing the file, then its submit command.
+- chat completions (mini-swe-agent): ``bash`` writing the file, then its submit command;
+- chat completions with rcb-env's own tools (the ``tools`` agent, told apart by the ``submit``
+  tool in its request): ``write_file``, then ``submit``: so the tools agent plays the same
+  episodes as the CLIs, for ``rcb-env compare`` beside them.
 
 ``python -m rcb_agents.testing.cli_oracle --pset NAME --mode oracle|wrong`` serves it on
 127.0.0.1 (``rcb-env eval --agent claude-code --base-url URL``; the acceptance run, ``make
@@ -109,11 +112,19 @@ def turn(wire: str, body: dict[str, Any]) -> int:
     return sum(m.get("role") == "tool" for m in body.get("messages") or [])
 
 
-def wire_of(path: str) -> str:
+def wire_of(path: str, body: dict[str, Any] | None = None) -> str:
+    """The request's wire format; ``tools`` for a chat request offering rcb-env's own tools."""
     p = path.partition("?")[0].rstrip("/")
     if p.endswith("/messages"):
         return "messages"
-    return "responses" if p.endswith("/responses") else "chat"
+    if p.endswith("/responses"):
+        return "responses"
+    names = {
+        (t.get("function") or {}).get("name")
+        for t in (body or {}).get("tools") or []
+        if isinstance(t, dict)
+    }
+    return "tools" if "submit" in names else "chat"
 
 
 @dataclass(frozen=True)
@@ -179,7 +190,7 @@ class CliOracle:
         return None
 
     def __call__(self, path: str, body: dict[str, Any]) -> Reply | Fault | None:
-        wire = wire_of(path)
+        wire = wire_of(path, body)
         found = self.find("\n".join(_strings(body.get("messages") or body.get("input") or [])))
         if found is None:
             with self._lock:
@@ -206,18 +217,24 @@ def act(item: Act, wire: str, paper: Paper, snippet: Snippet) -> Reply:
     """``item`` as a reply in ``wire``'s CLI's own tools."""
     usage = {"input_tokens": item.input_tokens, "output_tokens": item.output_tokens}
     if item.kind == "end":
+        if wire == "tools":
+            return Reply(tool_calls=(("submit", {}),), **usage)
         if wire == "chat":
             return Reply(tool_calls=(("bash", {"command": MINI_SUBMIT}),), **usage)
         return Reply(text="Done: the block is implemented.", **usage)
     if item.kind == "shell":
-        name, key = {"messages": ("Bash", "command"), "responses": ("exec_command", "cmd")}.get(
-            wire, ("bash", "command")
-        )
+        name, key = {
+            "messages": ("Bash", "command"),
+            "responses": ("exec_command", "cmd"),
+            "tools": ("run_command", "command"),
+        }.get(wire, ("bash", "command"))
         return Reply(tool_calls=((name, {key: item.command}),), **usage)
     body_text = snippet.reference_body if item.kind == "oracle" else wrong_body(snippet)
     solved = source_for(paper).solved_file(paper, snippet, body_text)
     if wire == "messages":
         call: tuple[str, dict[str, Any]] = ("Write", {"file_path": snippet.file, "content": solved})
+    elif wire == "tools":
+        call = ("write_file", {"path": snippet.file, "content": solved})
     elif wire == "responses":
         patch = apply_patch(snippet.file, snippet.masked_text, solved)
         call = ("exec_command", {"cmd": f"apply_patch <<'RCB_PATCH'\n{patch}\nRCB_PATCH"})
