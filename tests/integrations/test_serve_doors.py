@@ -1,0 +1,401 @@
+"""``rcb-env serve``'s other doors and its faults, against a real server process (the bundled
+``scaled-attention`` paper, bwrap, a token, 2 open episodes, 4 connections): MCP over ``/mcp``
+driven by the official ``mcp`` SDK's streamable-HTTP client, HTTP-held episodes over
+``POST /reset`` and ``/step`` (plain ``httpx``: OpenEnv 0.3.0 ships no HTTP client), a client
+that sends half a frame or never reads its answers, and three times the cap at once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from websockets.asyncio.client import connect as aconnect
+from websockets.exceptions import InvalidStatus
+
+from rcb_env.integrations.pull import load_tasks
+from rcb_env.tools.actions import tool_specs
+from tests.integrations.test_serve import TASK, Served, _start, _ws
+
+pytestmark = pytest.mark.slow
+
+REFERENCE = Path("attention/core_ref.py")
+
+
+@pytest.fixture(scope="module")
+def served(require_bwrap: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    tmp = tmp_path_factory.mktemp("doors")
+    answers = tmp / "answers.json"
+    answers.write_text(
+        json.dumps({s.id: [s.reference_body, s.weight] for s in load_tasks(None).snippets})
+    )
+    proc, url = _start(tmp / "runs", "scaled-attention")
+    yield Served(proc, url, tmp / "runs", answers)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _oracle(served: Served) -> tuple[str, int]:
+    body, weight = json.loads(served.answers.read_text())[TASK]
+    return body, weight
+
+
+def _wrong(body: str) -> str:
+    return body[: len(body) - len(body.lstrip())] + "pass\n"
+
+
+# MCP over /mcp ------------------------------------------------------------------------------
+
+
+async def _mcp(url: str, calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """One MCP session with the official client: what it saw."""
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    out: dict[str, Any] = {"results": []}
+    async with streamable_http_client(url) as (read, write), ClientSession(read, write) as s:
+        init = await s.initialize()
+        out["instructions"] = init.instructions
+        out["tools"] = {t.name: t.input_schema for t in (await s.list_tools()).tools}
+        task = await s.read_resource("rcb://task")
+        out["task"] = task.contents[0].text  # type: ignore[union-attr]
+        for name, arguments in calls:
+            result = await s.call_tool(name, arguments)
+            text = "".join(c.text for c in result.content if hasattr(c, "text"))
+            out["results"].append({"text": text, "is_error": result.is_error})
+    return out
+
+
+def _mcp_url(served: Served, query: str) -> str:
+    return f"{served.url}/mcp?{query}"
+
+
+def test_mcp_lists_the_tools_and_plays_the_oracle_to_its_weight_and_a_wrong_body_to_zero(
+    served: Served,
+) -> None:
+    body, weight = _oracle(served)
+    url = _mcp_url(served, urllib.parse.urlencode({"task_id": TASK}))
+    right = anyio.run(_mcp, url, [("submit", {"body": body}), ("list_files", {})])
+    wrong = anyio.run(_mcp, url, [("submit", {"body": _wrong(body)})])
+    served.settle()
+    assert right["tools"] == {t.name: t.parameters for t in tool_specs()}
+    assert right["instructions"] == right["task"]
+    assert "softmax" in right["task"]
+    submitted, after = right["results"]
+    assert submitted["is_error"] is False
+    assert submitted["text"].endswith(f"[episode ended: submit; reward {weight}]")
+    assert after["is_error"] is True  # the episode has ended: nothing runs
+    assert "ended" in after["text"]
+    assert wrong["results"][0]["text"].endswith("[episode ended: submit; reward 0]")
+    mcp = [r for r in served.records() if r.agent.get("door") == "mcp"]
+    assert sorted((r.reward, r.passed) for r in mcp if r.reason == "submit") == [
+        (0.0, False),
+        (float(weight), True),
+    ]
+    assert all(r.snippet_id == TASK for r in mcp)
+    assert served.get("/rcb")["held"] == 0  # the client ended its sessions: forgotten
+
+
+def test_mcp_reaches_no_hidden_file_and_no_reference(served: Served) -> None:
+    url = _mcp_url(served, urllib.parse.urlencode({"task_id": TASK}))
+    probes = [
+        ("read_file", {"path": str(REFERENCE)}),
+        ("read_file", {"path": "paper2code_test.py"}),
+        ("read_file", {"path": "../../../../etc/passwd"}),
+        ("list_files", {"path": ".."}),
+        ("run_command", {"command": "ls -R / 2>/dev/null | grep -c -x core_ref.py || true"}),
+        ("submit", {}),
+    ]
+    seen = anyio.run(_mcp, url, probes)
+    served.settle()
+    results = seen["results"]
+    assert all(r["text"].startswith("error:") for r in results[:4]), results[:4]
+    assert results[4]["text"].split()[0] == "0", results[4]["text"][:300]
+    body, _weight = _oracle(served)
+    shown = json.dumps(seen)
+    assert body.strip() not in shown
+    assert "root:x:0:0" not in shown
+
+
+def test_mcp_sessions_count_against_the_cap_and_are_refused_clearly(served: Served) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    def refused(url: str) -> str:
+        try:
+            anyio.run(_mcp, url, [])
+        except BaseException as exc:  # an exception group from the client's task group
+            found = [exc]
+            while found:
+                e = found.pop()
+                if isinstance(e, MCPError):
+                    return str(e)
+                found.extend(getattr(e, "exceptions", ()))
+            raise
+        return "accepted"
+
+    assert "no task 'no/such'" in refused(_mcp_url(served, "task_id=no/such"))
+    bare = served.port_url + "/mcp"  # no token
+    assert refused(bare) != "accepted"
+    with httpx.Client(base_url=served.url, timeout=60) as http:
+        held = [
+            http.post("/reset", json={"task_id": TASK}).json()["observation"]["episode_id"]
+            for _ in range(2)
+        ]  # the server's 2 episodes are open
+        assert "CAPACITY_REACHED" in refused(_mcp_url(served, "seed=1"))
+        for episode_id in held:
+            http.post("/step", json={"episode_id": episode_id, "action": {"tool": "submit"}})
+        unknown = http.post("/mcp", headers={"Mcp-Session-Id": "nope"}, json={})
+        assert unknown.status_code == 404
+        not_initialize = http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "x"})
+        assert not_initialize.status_code == 400
+    served.settle()
+    assert served.get("/rcb")["open_episodes"] == 0
+
+
+def test_an_mcp_session_ended_mid_episode_is_recorded_unscored(served: Served) -> None:
+    url = _mcp_url(served, urllib.parse.urlencode({"task_id": TASK}))
+    calls: list[tuple[str, dict[str, Any]]] = [("list_files", {})]
+    anyio.run(_mcp, url, calls)  # then the client ends its session (DELETE)
+    served.settle()
+    (closed,) = [
+        r
+        for r in served.records()
+        if r.agent.get("door") == "mcp" and r.infra_error and r.infra_error.type == "ClientClosed"
+    ]
+    assert closed.status == "infra_error"  # unscored: left out of the run's scores
+
+
+# HTTP-held episodes -------------------------------------------------------------------------
+
+
+def test_an_http_held_episode_plays_the_oracle_to_its_weight_and_a_wrong_body_to_zero(
+    served: Served,
+) -> None:
+    body, weight = _oracle(served)
+    with httpx.Client(base_url=served.url, timeout=120) as http:
+        reset = http.post("/reset", json={"task_id": TASK, "episode_id": "held-1"}).json()
+        assert (reset["reward"], reset["done"]) == (None, False)
+        assert reset["observation"]["episode_id"] == "held-1"
+        assert "softmax" in reset["observation"]["text"]
+        read = http.post(
+            "/step", json={"episode_id": "held-1", "action": {"tool": "list_files"}}
+        ).json()
+        assert "attention/core.py" in read["observation"]["text"]
+        state = http.get("/state", params={"episode_id": "held-1"}).json()
+        assert (state["step_count"], state["status"]) == (1, "running")
+        action = {"tool": "submit", "body": body}
+        right = http.post("/step", json={"episode_id": "held-1", "action": action}).json()
+        after = http.post(
+            "/step", json={"episode_id": "held-1", "action": {"tool": "list_files"}}
+        ).json()
+        wrong_id = http.post("/reset", json={"task_id": TASK}).json()["observation"]["episode_id"]
+        action = {"tool": "submit", "body": _wrong(body)}
+        wrong = http.post("/step", json={"episode_id": wrong_id, "action": action}).json()
+    assert (right["reward"], right["done"], right["observation"]["passed"]) == (weight, True, True)
+    assert after["done"] is True
+    assert "ended" in after["observation"]["text"]
+    assert (wrong["reward"], wrong["done"], wrong["observation"]["scored"]) == (0.0, True, True)
+    served.settle()
+    http_records = {r.episode_id: r for r in served.records() if r.agent.get("door") == "http"}
+    assert http_records["held-1"].reward == weight
+    assert http_records[wrong_id].reward == 0.0
+
+
+def test_http_held_episodes_refuse_bad_requests_clearly_and_keep_the_episode(
+    served: Served,
+) -> None:
+    with httpx.Client(base_url=served.url, timeout=60) as http:
+        no_id = http.post("/step", json={"action": {"tool": "list_files"}})
+        assert no_id.status_code == 400
+        assert "episode_id" in no_id.json()["detail"]
+        unknown = http.post("/step", json={"episode_id": "never", "action": {}})
+        assert (unknown.status_code, unknown.json()["code"]) == (404, "NO_EPISODE")
+        bad_json = http.post("/reset", content=b"{not json")
+        assert (bad_json.status_code, bad_json.json()["code"]) == (422, "INVALID_JSON")
+        extra = http.post("/reset", json={"task_id": TASK, "level": 3})
+        assert (extra.status_code, extra.json()["code"]) == (422, "VALIDATION_ERROR")
+        no_task = http.post("/reset", json={"task_id": "no/such"})
+        assert no_task.status_code == 422
+        assert "no task 'no/such'" in no_task.json()["detail"]
+        big = http.post("/reset", content=b" " * (5 << 20))
+        assert big.status_code == 413
+        first = http.post("/reset", json={"task_id": TASK, "episode_id": "held-a"})
+        assert first.status_code == 200
+        again = http.post("/reset", json={"task_id": TASK, "episode_id": "held-a"})
+        assert again.status_code == 409
+        second = http.post("/reset", json={"task_id": TASK})
+        assert second.status_code == 200
+        full = http.post("/reset", json={"task_id": TASK})
+        assert (full.status_code, full.json()["code"]) == (503, "CAPACITY_REACHED")
+        assert full.headers["Retry-After"]
+        not_an_action = http.post("/step", json={"episode_id": "held-a", "action": [1]})
+        assert (not_an_action.status_code, not_an_action.json()["code"]) == (
+            422,
+            "VALIDATION_ERROR",
+        )
+        bad_tool = http.post("/step", json={"episode_id": "held-a", "action": {"tool": "x"}})
+        assert bad_tool.status_code == 200
+        assert bad_tool.json()["observation"]["tool_ok"] is False
+        ok = http.post("/step", json={"episode_id": "held-a", "action": {"tool": "list_files"}})
+        assert ok.json()["observation"]["tool_ok"] is True  # the episode was kept throughout
+        assert ok.json()["observation"]["step"] == 2
+        for held in ("held-a", second.json()["observation"]["episode_id"]):
+            http.post("/step", json={"episode_id": held, "action": {"tool": "submit"}})
+    served.settle()
+
+
+# faults ---------------------------------------------------------------------------------------
+
+
+def _raw_websocket(served: Served) -> socket.socket:
+    """A websocket opened by hand (the handshake answered 101), to send what no library
+    would."""
+    parts = urllib.parse.urlsplit(served.url)
+    sock = socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80), timeout=30)
+    sock.sendall(
+        (
+            f"GET {parts.path}/ws HTTP/1.1\r\nHost: {parts.netloc}\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+    )
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 101"), answer[:200]
+    return sock
+
+
+def test_half_a_frame_and_unread_answers_block_no_other_session(served: Served) -> None:
+    """A client that sent half a websocket frame, one that sent half an HTTP request, and one
+    that pipelines hundreds of requests and reads none of the answers: another client is
+    served meanwhile, and the slow reader gets every answer, in order, when it reads."""
+    half = _raw_websocket(served)
+    frame = json.dumps({"type": "state", "id": "half"}).encode()
+    half.sendall(bytes([0x81, 0x80 | len(frame)]) + b"\0\0\0\0" + frame[:10])  # masked, cut
+    parts = urllib.parse.urlsplit(served.url)
+    slowloris = socket.create_connection((parts.hostname or "", parts.port or 80), timeout=30)
+    slowloris.sendall(
+        f"POST {parts.path}/reset HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{{".encode()
+    )
+    n = 400
+    with _ws(served) as slow:
+        slow.send(json.dumps({"type": "reset", "data": {"task_id": TASK}, "id": "slow-reset"}))
+        for i in range(n):  # each answer is the tool list (a few KB): megabytes unread
+            slow.send(json.dumps({"type": "step", "data": {"type": "list_tools"}, "id": f"s{i}"}))
+        time.sleep(1)
+        waits = []
+        with _ws(served) as other:
+            for frame_out in (
+                {"type": "reset", "data": {"task_id": TASK}},
+                {"type": "step", "data": {"tool": "list_files"}},
+                {"type": "state"},
+                {"type": "step", "data": {"tool": "submit"}},
+            ):
+                t0 = time.monotonic()
+                other.send(json.dumps(frame_out))
+                answer = json.loads(other.recv(timeout=60))
+                waits.append(time.monotonic() - t0)
+                assert answer["type"] in ("observation", "state"), answer
+        with httpx.Client(base_url=served.url, timeout=30) as http:
+            assert http.get("/health").json() == {"status": "healthy"}
+        ids = [json.loads(slow.recv(timeout=60))["id"] for _ in range(n + 1)]
+        assert ids == ["slow-reset", *(f"s{i}" for i in range(n))]
+    half.close()
+    slowloris.close()
+    served.settle()
+    assert max(waits[:3]) < 10, waits  # not stuck behind the others (a submit grades)
+
+
+def test_three_times_the_connection_cap_at_once_each_refused_clearly_every_slot_used(
+    served: Served,
+) -> None:
+    """12 clients at once against 4 connections and 2 episodes: 4 are connected and 8 refused
+    at the handshake (HTTP 503, CAPACITY_REACHED); of the 4, 2 get an episode and 2 a
+    CAPACITY_REACHED answer; nobody waits past the timeout."""
+    ws_url = served.url.replace("http://", "ws://") + "/ws"
+
+    async def one(i: int, holding: list[Any]) -> str:
+        try:
+            ws = await aconnect(ws_url, open_timeout=30)
+        except InvalidStatus as exc:
+            body = exc.response.body or b""
+            return f"{exc.response.status_code} {json.loads(body)['data']['code']}"
+        holding.append(ws)
+        await ws.send(json.dumps({"type": "reset", "data": {"task_id": TASK}, "id": f"c{i}"}))
+        answer = json.loads(await asyncio.wait_for(ws.recv(), timeout=60))
+        assert answer["id"] == f"c{i}"
+        return str(answer["type"] if answer["type"] != "error" else answer["data"]["code"])
+
+    async def crowd() -> tuple[list[str], dict[str, Any]]:
+        holding: list[Any] = []
+        try:
+            seen = await asyncio.wait_for(
+                asyncio.gather(*(one(i, holding) for i in range(12))), timeout=120
+            )
+            counts = await asyncio.to_thread(served.get, "/rcb")
+        finally:
+            await asyncio.gather(*(ws.close() for ws in holding))
+        return seen, counts
+
+    seen, counts = asyncio.run(crowd())
+    assert sorted(seen) == sorted(
+        ["503 CAPACITY_REACHED"] * 8 + ["observation"] * 2 + ["CAPACITY_REACHED"] * 2
+    ), seen
+    assert (counts["open_episodes"], counts["connections"]) == (2, 4)
+    served.settle()
+    with _ws(served) as ws:  # the slots are given back
+        ws.send(json.dumps({"type": "reset", "data": {"task_id": TASK}}))
+        assert json.loads(ws.recv(timeout=60))["type"] == "observation"
+
+
+def test_a_held_episode_left_idle_is_ended_then_forgotten(tmp_path: Path) -> None:
+    """The reaper ends a held (HTTP or MCP) episode whose client went quiet, graded as it
+    stands; once ended and idle again, the server forgets it and tells its door."""
+    from rcb_env.integrations.serve.sessions import EpisodeServer, ServedSession, ServeLimits
+    from rcb_env.results.records import RECORDS, read_records
+    from rcb_env.runner.episode import EvalConfig
+    from rcb_env.sandbox import SandboxConfig
+
+    cfg = EvalConfig(agent="openenv", sandbox=SandboxConfig(backend="local"))
+    server = EpisodeServer(load_tasks(None), cfg, tmp_path / "run", ServeLimits(idle_s=5))
+    told: list[str] = []
+
+    async def play() -> list[int]:
+        session = ServedSession(server, {"door": "http"})
+        await session.answer(json.dumps({"type": "reset", "data": {"task_id": TASK}}))
+        server.hold("e1", session)
+        session.on_forget = lambda: told.append("e1")
+        now = time.monotonic()
+        held = [len(server.held)]
+        await server.reap(now + 1)  # not idle yet
+        held.append(len(server.held))
+        await server.reap(now + 6)  # idle: its episode ended, the session kept
+        held.append(len(server.held))
+        await server.reap(now + 12)  # ended and idle again: forgotten
+        held.append(len(server.held))
+        return held
+
+    try:
+        held = asyncio.run(play())
+    finally:
+        server.close()
+    assert held == [1, 1, 1, 0]
+    assert told == ["e1"]
+    (record,) = read_records(tmp_path / "run" / RECORDS)
+    assert (record.reason, record.status) == ("agent_stopped", "truncated")
+    assert server.open_episodes == 0
