@@ -399,3 +399,99 @@ def test_a_held_episode_left_idle_is_ended_then_forgotten(tmp_path: Path) -> Non
     (record,) = read_records(tmp_path / "run" / RECORDS)
     assert (record.reason, record.status) == ("agent_stopped", "truncated")
     assert server.open_episodes == 0
+
+
+# TRL against a remote server ----------------------------------------------------------------
+
+
+def _grpo_example() -> Any:
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "grpo_tiny.py"
+    spec = importlib.util.spec_from_file_location("grpo_tiny", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["grpo_tiny"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_grpo_trainer_step_runs_its_rollouts_on_a_remote_server(
+    served: Served, tmp_path: Path
+) -> None:
+    """TRL 1.16's GRPOTrainer has no OpenEnv code of its own (its OpenEnv harness is the async
+    trainer's, which needs vLLM): its environment_factory gets rcb-env's remote environment,
+    whose episodes run on the server. One real step on CPU with the tiny model."""
+    from rcb_env.integrations.trl import RemoteRcbEnvironment, remote_environment_factory
+
+    assert isinstance(remote_environment_factory(served.url)(), RemoteRcbEnvironment)
+    made: list[RemoteRcbEnvironment] = []
+    rewards: list[float | None] = []
+
+    class Recorded(RemoteRcbEnvironment):
+        def get_reward(self) -> float | None:
+            value = super().get_reward()
+            rewards.append(value)
+            return value
+
+    def recorded() -> RemoteRcbEnvironment:
+        env = Recorded(served.url)
+        made.append(env)
+        return env
+
+    before = {r.episode_id for r in served.records()}
+    history = _grpo_example().train(
+        tmp_path, steps=1, task_ids=[TASK], environment_factory=recorded, generations=2
+    )
+    for env in made:
+        env._close()
+    served.settle()
+    assert any("loss" in h for h in history)
+    assert rewards == [0.0, 0.0]  # graded on the server as the workspace stood: nothing solved
+    new = [r for r in served.records() if r.episode_id not in before]
+    assert len(new) == 2
+    assert {(r.snippet_id, r.status, r.reason) for r in new} == {(TASK, "completed", "submit")}
+    assert all("websockets" in str(r.agent.get("user_agent")) for r in new)
+
+
+def test_a_remote_environment_scores_the_oracle_and_a_lost_server_is_unscored(
+    served: Served, tmp_path: Path
+) -> None:
+    from rcb_env.errors import ConfigError
+    from rcb_env.integrations.serve.remote import LOST
+    from rcb_env.integrations.trl import RemoteRcbEnvironment
+    from rcb_env.rl import shared
+
+    body, weight = _oracle(served)
+    env = RemoteRcbEnvironment(served.url)
+    try:
+        assert "softmax" in env.reset(task_id=TASK)
+        env.submit(body=body)
+        assert env.get_reward() == weight
+        env.reset(task_id=TASK)
+        env.submit(body=_wrong(body))
+        assert env.get_reward() == 0.0
+        with pytest.raises(ConfigError, match="no task 'no/such'"):
+            env.reset(task_id="no/such")
+    finally:
+        env._close()
+    proc, url = _start(tmp_path / "runs", "scaled-attention")
+    lost = RemoteRcbEnvironment(url, timeout_s=30)
+    try:
+        assert "softmax" in lost.reset(task_id=TASK)
+        proc.kill()  # the server dies mid-episode
+        proc.wait()
+        before = shared.unscored().get("server", 0)
+        text = lost.list_files()
+        assert text.startswith(LOST.split("(", 1)[0])
+        assert lost.get_reward() is None  # unscored, never 0
+        assert shared.unscored().get("server", 0) == before + 1  # counted once
+        assert "could not be reached" in lost.reset(task_id=TASK)  # the next start: unscored
+        assert lost.get_reward() is None
+    finally:
+        lost._close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
