@@ -495,3 +495,76 @@ def test_a_remote_environment_scores_the_oracle_and_a_lost_server_is_unscored(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_sessions_without_a_socket_are_capped_and_ended_ones_make_room(tmp_path: Path) -> None:
+    from rcb_env.integrations.serve.sessions import EpisodeServer, ServedSession, ServeLimits
+    from rcb_env.runner.episode import EvalConfig
+    from rcb_env.sandbox import SandboxConfig
+
+    cfg = EvalConfig(agent="openenv", sandbox=SandboxConfig(backend="local"))
+    limits = ServeLimits(max_episodes=3, max_connections=2)
+    server = EpisodeServer(load_tasks(None), cfg, tmp_path / "run", limits)
+
+    async def play() -> list[bool]:
+        rooms = []
+        sessions = []
+        for key in ("a", "b"):
+            rooms.append(server.room_to_hold())
+            session = ServedSession(server, {"door": "http"})
+            await session.answer(json.dumps({"type": "reset", "data": {"task_id": TASK}}))
+            server.hold(key, session)
+            sessions.append(session)
+        rooms.append(server.room_to_hold())  # two running: full
+        step = {"type": "step", "data": {"tool": "submit"}}
+        await sessions[0].answer(json.dumps(step))
+        rooms.append(server.room_to_hold())  # "a" ended: forgotten to make room
+        return rooms
+
+    try:
+        rooms = asyncio.run(play())
+    finally:
+        server.close()
+    assert rooms == [True, True, False, True]
+    assert list(server.held) == ["b"]
+
+
+def test_sigterm_drains_held_http_and_mcp_episodes_recorded_interrupted(tmp_path: Path) -> None:
+    from rcb_env.results.records import RECORDS, read_records
+
+    proc, url = _start(tmp_path / "runs", "scaled-attention")
+    try:
+        with httpx.Client(base_url=url, timeout=60) as http:
+            reset = http.post("/reset", json={"task_id": TASK, "episode_id": "held-drained"})
+            assert reset.status_code == 200
+            mcp = http.post(
+                "/mcp",
+                params={"task_id": TASK},
+                headers={"Accept": "application/json, text/event-stream"},
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-06-18",
+                        "capabilities": {},
+                        "clientInfo": {"name": "raw", "version": "0"},
+                    },
+                },
+            )
+            assert mcp.status_code == 200, mcp.text
+            assert mcp.headers["mcp-session-id"]
+            assert http.get("/rcb").json()["open_episodes"] == 2
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    (run,) = (tmp_path / "runs").iterdir()
+    records = read_records(run / RECORDS)
+    assert sorted(str(r.agent.get("door")) for r in records) == ["http", "mcp"]
+    for record in records:
+        assert record.status == "infra_error"
+        assert record.infra_error is not None
+        assert record.infra_error.type == "ServerShutdown"

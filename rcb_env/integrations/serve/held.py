@@ -91,18 +91,6 @@ class HeldEpisodes:
             )
         return body
 
-    def _room(self) -> bool:
-        """Whether another held episode fits (ended ones are forgotten first, oldest first)."""
-        held = self.server.held
-        if len(held) < self.server.limits.connections:
-            return True
-        ended = sorted(
-            (s.last_active, k) for k, s in held.items() if not s.running and not s.lock.locked()
-        )
-        for _, key in ended[: len(held) - self.server.limits.connections + 1]:
-            self.server.forget(key)
-        return len(held) < self.server.limits.connections
-
     async def reset(self, request: Request) -> JSONResponse:
         body = await self._body(request, _RESET_KEYS)
         if isinstance(body, JSONResponse):
@@ -115,10 +103,11 @@ class HeldEpisodes:
             )
         if self.server.draining:
             return _refused(ErrorCode.DRAINING, "the server is shutting down; no new episode")
-        if not self._room():
+        if not self.server.room_to_hold():
             return _refused(
                 ErrorCode.CAPACITY_REACHED,
-                f"the server holds {len(self.server.held)} HTTP episodes, its cap; retry later",
+                f"the server holds {len(self.server.held)} HTTP and MCP sessions, its cap; "
+                "retry later",
             )
         client = {
             "client": f"{request.client.host}:{request.client.port}" if request.client else None,

@@ -23,6 +23,7 @@ import json
 from typing import Any
 
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers, QueryParams
 from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
@@ -122,24 +123,34 @@ class McpDoor:
             return
         await self._initialize(scope, receive, send, headers)
 
+    def _refusal(self, method: str, body: bytes | None, headers: Headers) -> JSONResponse | None:
+        """Why a request without a session starts none (None: it starts one)."""
+        if body is None:
+            return _error(413, "TOO_LARGE", "the body is over 4 MiB")
+        try:
+            called = json.loads(body).get("method") if method == "POST" else None
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            called = None
+        if called != "initialize":
+            return _error(400, "NO_EPISODE", "no session: start one with an initialize (POST)")
+        version = headers.get("mcp-protocol-version")
+        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            known = ", ".join(sorted(HANDSHAKE_PROTOCOL_VERSIONS))
+            return _error(400, "VALIDATION_ERROR", f"MCP sessions here speak {known}")
+        if self.server.draining:
+            return _error(503, "DRAINING", "the server is shutting down; connect to another")
+        if not self.server.room_to_hold():
+            held = len(self.server.held)
+            return _error(503, "CAPACITY_REACHED", f"{held} HTTP and MCP sessions held, the cap")
+        return None
+
     async def _initialize(
         self, scope: Scope, receive: Receive, send: Send, headers: Headers
     ) -> None:
         body = await _read(receive)
-        if body is None:
-            await _error(413, "TOO_LARGE", "the body is over 4 MiB")(scope, receive, send)
-            return
-        try:
-            method = json.loads(body).get("method") if scope["method"] == "POST" else None
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-            method = None
-        if method != "initialize":
-            message = "no session: start one with an initialize request (POST)"
-            await _error(400, "NO_EPISODE", message)(scope, receive, send)
-            return
-        refusal = self.server.refusal()
-        if refusal is not None:
-            await _error(503, refusal[0].value, refusal[1])(scope, receive, send)
+        refusal = self._refusal(scope["method"], body, headers)
+        if refusal is not None or body is None:
+            await (refusal or _error(413, "TOO_LARGE", ""))(scope, receive, send)
             return
         query = QueryParams(scope.get("query_string", b""))
         reset: dict[str, Any] = {}

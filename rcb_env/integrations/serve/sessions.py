@@ -221,6 +221,21 @@ class EpisodeServer:
             self.forget(key)
         return sum(ended)
 
+    def room_to_hold(self) -> bool:
+        """Whether another session without a socket fits (at most ``connections`` are held;
+        ended ones are forgotten first, oldest first, to make room)."""
+        cap = self.limits.connections
+        if len(self.held) < cap:
+            return True
+        ended = sorted(
+            (s.last_active, k)
+            for k, s in self.held.items()
+            if not s.running and not s.lock.locked()
+        )
+        for _, key in ended[: len(self.held) - cap + 1]:
+            self.forget(key)
+        return len(self.held) < cap
+
     def hold(self, key: str, session: ServedSession) -> None:
         """Keep ``session`` (no socket) under ``key`` until it is forgotten."""
         self.held[key] = session
