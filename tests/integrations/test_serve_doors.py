@@ -568,3 +568,22 @@ def test_sigterm_drains_held_http_and_mcp_episodes_recorded_interrupted(tmp_path
         assert record.status == "infra_error"
         assert record.infra_error is not None
         assert record.infra_error.type == "ServerShutdown"
+
+
+def test_an_http_client_gone_mid_step_loses_nothing(served: Served) -> None:
+    """A client that gives up on its submit before the answer (its connection closed): the
+    step runs to its end, the episode is recorded, and a later call reads how it ended."""
+    body, weight = _oracle(served)
+    with httpx.Client(base_url=served.url, timeout=60) as http:
+        reset = http.post("/reset", json={"task_id": TASK, "episode_id": "gave-up"})
+        assert reset.status_code == 200
+        action = {"tool": "submit", "body": body}
+        with pytest.raises(httpx.TimeoutException):
+            http.post("/step", json={"episode_id": "gave-up", "action": action}, timeout=0.05)
+        served.settle()
+        state = http.get("/state", params={"episode_id": "gave-up"}).json()
+        after = http.post("/step", json={"episode_id": "gave-up", "action": {"tool": "submit"}})
+    assert (state["done"], state["reward"]) == (True, weight)
+    assert after.json()["done"] is True
+    (record,) = [r for r in served.records() if r.episode_id == "gave-up"]
+    assert (record.reason, record.reward) == ("submit", weight)
