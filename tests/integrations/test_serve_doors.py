@@ -587,3 +587,35 @@ def test_an_http_client_gone_mid_step_loses_nothing(served: Served) -> None:
     assert after.json()["done"] is True
     (record,) = [r for r in served.records() if r.episode_id == "gave-up"]
     assert (record.reason, record.reward) == ("submit", weight)
+
+
+def test_openenvs_own_mcp_tool_client_plays_an_episode_over_the_websocket(
+    served: Served,
+) -> None:
+    """OpenEnv's MCPToolClient (its default mode: list_tools and call_tool steps over /ws)
+    reads rcb-env's answers as its tool list and its tool calls' results."""
+    import subprocess
+
+    from tests.integrations.test_serve import OPENENV_PYTHON
+
+    if not OPENENV_PYTHON.exists():
+        pytest.skip("no .venv/openenv (scripts/install.sh makes it)")
+    body, weight = _oracle(served)
+    script = Path(__file__).with_name("openenv_mcp_client.py")
+    run = subprocess.run(
+        [str(OPENENV_PYTHON), str(script), served.url, TASK, body],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    seen = json.loads(run.stdout)
+    served.settle()
+    assert seen["reset"] == {"done": False, "reward": None}
+    assert seen["tools"] == sorted(t.name for t in tool_specs())
+    assert "attention/core.py" in seen["list_files"]
+    assert "failed" in seen["malformed"]
+    assert (seen["submit"]["done"], seen["submit"]["reward"]) == (True, weight)
+    assert seen["submit"]["result"]
+    assert "ended" in seen["after_end"]

@@ -395,20 +395,39 @@ class ServedSession:
                 update={"tools": [t.model_dump() for t in tool_specs()]}
             )
             return obs, self._reward(), episode.done
+        called = None
         if data.get("type") == "call_tool":
             arguments = data.get("arguments") or {}
+            called = str(data.get("tool_name"))
             data = {
                 "tool": data.get("tool_name"),
                 **(arguments if isinstance(arguments, dict) else {}),
             }
         metadata = data.pop("metadata", None)
         if episode.done:
-            return self._observed(ENDED, tool_ok=False)
+            return self._as_call(called, *self._observed(ENDED, tool_ok=False))
         if isinstance(metadata, dict) and isinstance(metadata.get("model_call"), dict):
             episode.model_calls.append({**metadata["model_call"], "step": len(episode.steps) + 1})
         text, _r, _t, _tr, info = episode.step(data)
         self._record_if_ended()
-        return self._observed(text, tool_ok=not info.get("action_error", False))
+        return self._as_call(
+            called, *self._observed(text, tool_ok=not info.get("action_error", False))
+        )
+
+    @staticmethod
+    def _as_call(
+        called: str | None, obs: ServedObservation, reward: float | None, done: bool
+    ) -> tuple[ServedObservation, float | None, bool]:
+        """A ``call_tool`` step's answer as OpenEnv's MCP client reads one: ``tool_name`` and
+        ``result``, or ``error`` when the call was malformed (or came after the end)."""
+        if called is None:
+            return obs, reward, done
+        answer: dict[str, Any] = {"tool_name": called}
+        if obs.tool_ok:
+            answer["result"] = obs.text
+        else:
+            answer["error"] = {"error_type": "invalid_args", "message": obs.text}
+        return obs.model_copy(update=answer), reward, done
 
     def _observed(
         self, text: str, *, tool_ok: bool
