@@ -2,7 +2,10 @@
 run by the interpreter of ``.venv/openenv`` (tests/integrations/test_serve_doors.py). Prints one
 JSON object: what it saw.
 
-Usage: python openenv_mcp_client.py <base_url> <task_id> <oracle body>
+Usage: python openenv_mcp_client.py ws <base_url> <task_id> <oracle body>   (its default mode:
+       list_tools and call_tool steps over /ws)
+       python openenv_mcp_client.py http <base_url>   (its production mode: OpenEnv's JSON-RPC
+       dialect at POST /mcp, a session of a drawn task)
 """
 
 from __future__ import annotations
@@ -17,8 +20,29 @@ from openenv.core.env_server.mcp_types import (  # type: ignore[import-not-found
 from openenv.core.mcp_client import MCPToolClient  # type: ignore[import-not-found,unused-ignore]
 
 
+def production(url: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    client = MCPToolClient(base_url=url, message_timeout_s=300)
+    client.use_production_mode = True
+    c = client.sync()
+    out["tools"] = sorted(t.name for t in c.list_tools())
+    out["list_files"] = c.call_tool("list_files")
+    out["submit"] = c.call_tool("submit")
+    try:
+        c.call_tool("list_files")
+        out["after_end"] = "accepted"
+    except RuntimeError as exc:
+        out["after_end"] = str(exc)
+    c.close()
+    return out
+
+
 def main() -> None:
-    url, task, body = sys.argv[1:]
+    mode, url, *rest = sys.argv[1:]
+    if mode == "http":
+        print(json.dumps(production(url)))
+        return
+    task, body = rest
     out: dict[str, Any] = {}
     c = MCPToolClient(base_url=url, message_timeout_s=300).sync()
     c.connect()

@@ -603,7 +603,7 @@ def test_openenvs_own_mcp_tool_client_plays_an_episode_over_the_websocket(
     body, weight = _oracle(served)
     script = Path(__file__).with_name("openenv_mcp_client.py")
     run = subprocess.run(
-        [str(OPENENV_PYTHON), str(script), served.url, TASK, body],
+        [str(OPENENV_PYTHON), str(script), "ws", served.url, TASK, body],
         capture_output=True,
         text=True,
         timeout=300,
@@ -619,3 +619,55 @@ def test_openenvs_own_mcp_tool_client_plays_an_episode_over_the_websocket(
     assert (seen["submit"]["done"], seen["submit"]["reward"]) == (True, weight)
     assert seen["submit"]["result"]
     assert "ended" in seen["after_end"]
+
+
+def test_openenvs_json_rpc_dialect_at_mcp_plays_an_episode_under_the_cap(served: Served) -> None:
+    """OpenEnv's own POST /mcp dialect: MCPToolClient's production mode (a drawn task), and the
+    same requests by hand (a named task, the oracle scored its weight, the cap, the close)."""
+    import subprocess
+
+    from tests.integrations.test_serve import OPENENV_PYTHON
+
+    if not OPENENV_PYTHON.exists():
+        pytest.skip("no .venv/openenv (scripts/install.sh makes it)")
+    script = Path(__file__).with_name("openenv_mcp_client.py")
+    run = subprocess.run(
+        [str(OPENENV_PYTHON), str(script), "http", served.url],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    seen = json.loads(run.stdout)
+    assert seen["tools"] == sorted(t.name for t in tool_specs())
+    assert "paper2code_paper.tex" in seen["list_files"]
+    assert "ended" in seen["after_end"]
+    body, weight = _oracle(served)
+
+    def rpc(http: httpx.Client, method: str, **params: Any) -> dict[str, Any]:
+        request = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+        answer: dict[str, Any] = http.post("/mcp", json=request).json()
+        assert answer["id"] == 7
+        return answer
+
+    with httpx.Client(base_url=served.url, timeout=120) as http:
+        created = rpc(http, "openenv/session/create", task_id=TASK)["result"]
+        assert created["task_id"] == TASK
+        assert "softmax" in created["statement"]
+        session = created["session_id"]
+        other = rpc(http, "openenv/session/create", task_id=TASK)["result"]["session_id"]
+        full = rpc(http, "openenv/session/create", task_id=TASK)  # 2 episodes open: the cap
+        assert full["error"]["message"].startswith("CAPACITY_REACHED")
+        bad = rpc(http, "tools/call", session_id=session, name="read_file", arguments={})
+        assert "error" in bad
+        arguments = {"body": body}
+        done = rpc(http, "tools/call", session_id=session, name="submit", arguments=arguments)
+        assert (done["result"]["reward"], done["result"]["done"]) == (weight, True)
+        assert rpc(http, "openenv/session/close", session_id=other)["result"] == {"closed": True}
+        gone = rpc(http, "tools/call", session_id=other, name="list_files", arguments={})
+        assert gone["error"]["message"].startswith("NO_EPISODE")
+    served.settle()
+    dialect = [r for r in served.records() if r.agent.get("door") == "openenv-mcp"]
+    assert sorted(str(r.reason) for r in dialect) == ["infra_error", "submit", "submit"]
+    assert any(r.reward == weight and r.snippet_id == TASK for r in dialect)

@@ -11,6 +11,10 @@ mcp``). The task statement is the server's instructions and the resource ``rcb:/
 session ended by the client (HTTP DELETE) mid-episode is recorded interrupted (unscored), as a
 ``/ws`` close is; an ended, idle session is forgotten after ``idle_s``.
 
+OpenEnv's own JSON-RPC dialect at ``POST /mcp`` (``openenv/session/create``, ``tools/list``,
+``tools/call``, ``openenv/session/close``: ``MCPToolClient``'s production mode) is answered by
+:mod:`.jsonrpc`.
+
 Refusals before a session exists are HTTP statuses with a JSON-RPC error whose message names
 the code: 503 (``CAPACITY_REACHED``, ``DRAINING``), 400 (not an ``initialize``, an unknown
 task), 404 (an unknown or forgotten ``Mcp-Session-Id``).
@@ -30,6 +34,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from rcb_env.episode.driver import ENDED
 from rcb_env.integrations.mcp_server import build_server
+from rcb_env.integrations.serve.jsonrpc import METHODS, OpenEnvDialect
 from rcb_env.integrations.serve.protocol import ErrorCode
 from rcb_env.integrations.serve.sessions import EpisodeServer, ServedSession
 from rcb_env.logs import get_logger
@@ -102,6 +107,7 @@ class McpDoor:
     def __init__(self, server: EpisodeServer) -> None:
         self.server = server
         self.by_id: dict[str, _Held] = {}
+        self.dialect = OpenEnvDialect(server)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -148,6 +154,11 @@ class McpDoor:
         self, scope: Scope, receive: Receive, send: Send, headers: Headers
     ) -> None:
         body = await _read(receive)
+        request = _json(body) if scope["method"] == "POST" else None
+        if request is not None and request.get("method") in METHODS:  # OpenEnv's dialect
+            answer = await self.dialect.answer(request, _client(scope, headers))
+            await JSONResponse(answer)(scope, receive, send)
+            return
         refusal = self._refusal(scope["method"], body, headers)
         if refusal is not None or body is None:
             await (refusal or _error(413, "TOO_LARGE", ""))(scope, receive, send)
@@ -158,15 +169,7 @@ class McpDoor:
             reset["task_id"] = query["task_id"]
         if "seed" in query:
             reset["seed"] = query["seed"]
-        client = scope.get("client")
-        session = ServedSession(
-            self.server,
-            {
-                "client": f"{client[0]}:{client[1]}" if client else None,
-                "user_agent": headers.get("user-agent"),
-                "door": "mcp",
-            },
-        )
+        session = ServedSession(self.server, {**_client(scope, headers), "door": "mcp"})
         reply = await session.answer(json.dumps({"type": "reset", "data": reset}))
         assert reply is not None
         if reply["type"] == "error":
@@ -203,6 +206,22 @@ class McpDoor:
 
         session.on_forget = forgotten
         self.server.hold("mcp:" + key, session)
+
+
+def _client(scope: Scope, headers: Headers) -> dict[str, Any]:
+    peer = scope.get("client")
+    return {
+        "client": f"{peer[0]}:{peer[1]}" if peer else None,
+        "user_agent": headers.get("user-agent"),
+    }
+
+
+def _json(body: bytes | None) -> dict[str, Any] | None:
+    try:
+        found = json.loads(body) if body is not None else None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 async def _read(receive: Receive) -> bytes | None:
