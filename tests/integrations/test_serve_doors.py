@@ -671,3 +671,55 @@ def test_openenvs_json_rpc_dialect_at_mcp_plays_an_episode_under_the_cap(served:
     dialect = [r for r in served.records() if r.agent.get("door") == "openenv-mcp"]
     assert sorted(str(r.reason) for r in dialect) == ["infra_error", "submit", "submit"]
     assert any(r.reward == weight and r.snippet_id == TASK for r in dialect)
+
+
+def test_http_and_mcp_clients_beyond_the_cap_at_once_each_get_capacity_reached(
+    served: Served,
+) -> None:
+    """Six HTTP resets and six MCP initializes at once against 2 episodes: two start, ten are
+    told CAPACITY_REACHED (503), nobody waits past the timeout, the slots are all used."""
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "crowd", "version": "0"},
+        },
+    }
+    accept = {"Accept": "application/json, text/event-stream"}
+
+    async def crowd() -> tuple[list[tuple[str, int, str]], dict[str, Any]]:
+        async with httpx.AsyncClient(base_url=served.url, timeout=60) as http:
+
+            async def reset() -> tuple[str, int, str]:
+                answer = await http.post("/reset", json={"task_id": TASK})
+                key = answer.json()["observation"]["episode_id"] if answer.is_success else ""
+                return "http", answer.status_code, key or answer.text
+
+            async def mcp() -> tuple[str, int, str]:
+                answer = await http.post(
+                    "/mcp", params={"task_id": TASK}, json=initialize, headers=accept
+                )
+                return "mcp", answer.status_code, answer.headers.get("mcp-session-id", answer.text)
+
+            seen = await asyncio.wait_for(
+                asyncio.gather(*(f() for _ in range(6) for f in (reset, mcp))), timeout=120
+            )
+            counts = (await http.get("/rcb")).json()
+            for door, status, key in seen:  # end the two that started
+                if status == 200 and door == "http":
+                    await http.post("/step", json={"episode_id": key, "action": {"tool": "submit"}})
+                elif status == 200:
+                    await http.delete("/mcp", headers={"Mcp-Session-Id": key})
+        return list(seen), counts
+
+    seen, counts = asyncio.run(crowd())
+    started = [s for s in seen if s[1] == 200]
+    refused = [s for s in seen if s[1] != 200]
+    assert len(started) == 2, seen
+    assert len(refused) == 10, seen
+    assert all(status == 503 and "CAPACITY_REACHED" in text for _, status, text in refused)
+    assert counts["open_episodes"] == 2
+    served.settle()
