@@ -328,6 +328,9 @@ def test_three_times_the_connection_cap_at_once_each_refused_clearly_every_slot_
     at the handshake (HTTP 503, CAPACITY_REACHED); of the 4, 2 get an episode and 2 a
     CAPACITY_REACHED answer; nobody waits past the timeout."""
     ws_url = served.url.replace("http://", "ws://") + "/ws"
+    deadline = time.monotonic() + 30  # the sockets of the tests before have all gone
+    while served.get("/rcb")["connections"] and time.monotonic() < deadline:
+        time.sleep(0.1)
 
     async def one(i: int, holding: list[Any]) -> str:
         try:
