@@ -27,7 +27,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
@@ -40,6 +40,7 @@ from rcb_env.integrations.bridge import ENDED, EpisodeBridge
 __all__ = [
     "ENDED",
     "EpisodeBridge",
+    "EpisodeTools",
     "HttpEndpoint",
     "McpCommandAgent",
     "build_server",
@@ -61,7 +62,21 @@ MODEL_URL_VARIABLE = "RCB_MODEL_URL"
 log = get_logger(__name__)
 
 
-def build_server(bridge: EpisodeBridge, *, name: str = "rcb-env") -> Server[Any]:
+class EpisodeTools(Protocol):
+    """What an MCP server of one episode serves: an :class:`EpisodeBridge`, or a session of
+    ``rcb-env serve`` (:class:`rcb_env.integrations.serve.mcp_door.SessionTools`)."""
+
+    @property
+    def statement(self) -> str: ...
+    @property
+    def tools(self) -> list[ToolSpec]: ...
+    def call(self, tool: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+        """One tool call (blocking: the server runs it in a worker thread): its observation
+        and whether it is an error."""
+        ...
+
+
+def build_server(bridge: EpisodeTools, *, name: str = "rcb-env") -> Server[Any]:
     """The MCP server of one episode (the episode must have started: its statement is the
     server's instructions)."""
     tools = [

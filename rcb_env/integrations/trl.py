@@ -26,6 +26,9 @@ episode when it is collected, and the shared resources are closed at the process
     from rcb_env.integrations.trl import environment_factory, dataset_rows
     trainer = GRPOTrainer(model=..., train_dataset=Dataset.from_list(dataset_rows()),
                           environment_factory=environment_factory(), ...)
+
+On a remote ``rcb-env serve`` instead (the trainer's machine runs no sandbox):
+``environment_factory=remote_environment_factory("http://cpu-node:8000/<token>")``.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from rcb_env.episode.config import BudgetConfig, EnvConfig, EpisodeConfig
 from rcb_env.grading.grader import GradingConfig
 from rcb_env.integrations.pull import Cohort, OnFailure, Session, load_tasks
+from rcb_env.integrations.serve.remote import RemoteSession
 from rcb_env.logs import get_logger
 from rcb_env.rl import shared
 from rcb_env.sandbox import SandboxConfig
@@ -160,6 +164,46 @@ class RcbEnvironment:
             self._session.close()
 
 
+class RemoteRcbEnvironment:
+    """One episode per rollout on a remote ``rcb-env serve`` (the server holds the sandboxes,
+    its selection, budgets and records); the same tools as :class:`RcbEnvironment`. An episode
+    its server lost, or recorded as an infrastructure failure, has the reward None (counted,
+    stage ``server``); a reset beyond the server's episode cap waits for a slot."""
+
+    def __init__(self, url: str, *, timeout_s: float = 600.0) -> None:
+        """``url``: the server's base URL (its token as the path prefix or the URL's
+        password); ``timeout_s``: the longest wait for one answer (above the server's grading
+        timeout)."""
+        self._session = RemoteSession(url, timeout_s=timeout_s)
+
+    def __repr__(self) -> str:  # short: TRL quotes its environments in its warnings
+        return f"RemoteRcbEnvironment(task={self._session.task_id!r}, {self._session.status})"
+
+    def reset(self, **row: Any) -> str:
+        """Start the task of a dataset row (its ``task_id`` column) on the server.
+
+        Raises:
+            ConfigError: the server serves no such task.
+        """
+        return self._session.start(str(row["task_id"]))
+
+    def get_reward(self) -> float | None:
+        """The episode's reward (submitted as it stands if the model never did); None if
+        unscored."""
+        return self._session.reward()
+
+    if TYPE_CHECKING:  # the generated tool methods, called by name
+
+        def __getattr__(self, name: str) -> Callable[..., str]: ...
+
+    def _close(self) -> None:
+        self._session.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown: nothing left to release
+            self._session.close()
+
+
 _PYTHON_TYPES: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool}
 
 
@@ -181,7 +225,7 @@ def _tool_method(spec: ToolSpec) -> Callable[..., str]:
         docs.append(f"    {name}: {' '.join(str(prop.get('description', name)).split())}")
     signature = inspect.Signature(params, return_annotation=str)
 
-    def method(self: RcbEnvironment, *args: Any, **kwargs: Any) -> str:
+    def method(self: RcbEnvironment | RemoteRcbEnvironment, *args: Any, **kwargs: Any) -> str:
         bound = signature.bind(self, *args, **kwargs)
         arguments = {k: v for k, v in bound.arguments.items() if k != "self" and v is not None}
         return self._session.call(spec.name, arguments)
@@ -196,6 +240,7 @@ def _tool_method(spec: ToolSpec) -> Callable[..., str]:
 
 for _spec in tool_specs():
     setattr(RcbEnvironment, _spec.name, _tool_method(_spec))
+    setattr(RemoteRcbEnvironment, _spec.name, _tool_method(_spec))
 
 
 def environment_factory(
@@ -224,6 +269,14 @@ def environment_factory(
         env=env,
         budgets=budgets,
     )
+
+
+def remote_environment_factory(
+    url: str, *, timeout_s: float = 600.0
+) -> Callable[[], RemoteRcbEnvironment]:
+    """What ``GRPOTrainer(environment_factory=...)`` takes for episodes on the remote
+    ``rcb-env serve`` at ``url`` (its token as the path prefix or the URL's password)."""
+    return functools.partial(RemoteRcbEnvironment, url, timeout_s=timeout_s)
 
 
 def dataset_rows(pset: str | None = None, *, system: str | None = None) -> list[dict[str, Any]]:

@@ -3,9 +3,10 @@ its per-request environments, its capacity answered after the handshake and its 
 are what this replaces) and :func:`serve`, which runs it until SIGTERM and drains.
 
 Routes: ``/ws`` (the session protocol, :mod:`.protocol`), ``/health``, ``/schema``,
-``/metadata``, ``/state`` (the server's counts), ``/rcb`` (rcb-env's own: caps, timeouts, task
-ids). ``POST /reset`` and ``POST /step`` answer 400: an episode of several steps needs the
-socket's session.
+``/metadata``, ``/state`` (the server's counts, or with ``?episode_id=`` an HTTP-held
+episode's), ``/rcb`` (rcb-env's own: caps, timeouts, task ids), ``POST /reset`` and
+``POST /step`` (HTTP-held episodes, :mod:`.held`), ``/mcp`` (the episode tools over MCP's
+streamable HTTP, :mod:`.mcp_door`).
 
 The token: off a loopback address every route needs the server's secret, given as a path
 prefix (base URL ``http://host:port/<token>``: OpenEnv's client keeps the path and opens
@@ -36,6 +37,8 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from rcb_env.integrations.serve.held import HeldEpisodes
+from rcb_env.integrations.serve.mcp_door import McpDoor
 from rcb_env.integrations.serve.protocol import error_frame, schema
 from rcb_env.integrations.serve.sessions import EpisodeServer
 from rcb_env.logs import get_logger
@@ -98,7 +101,12 @@ def build_app(server: EpisodeServer) -> Starlette:
             }
         )
 
-    async def state(_request: Request) -> JSONResponse:
+    held = HeldEpisodes(server)
+
+    async def state(request: Request) -> JSONResponse:
+        episode_id = request.query_params.get("episode_id")
+        if episode_id is not None:
+            return held.state(episode_id)
         return JSONResponse(
             {
                 "episode_id": None,
@@ -111,12 +119,6 @@ def build_app(server: EpisodeServer) -> Starlette:
 
     async def rcb(_request: Request) -> JSONResponse:
         return JSONResponse(server.info())
-
-    async def no_http_episodes(_request: Request) -> JSONResponse:
-        return JSONResponse(
-            {"detail": "an episode needs a session: connect to /ws (OpenEnv's client does)"},
-            status_code=400,
-        )
 
     async def ws(websocket: WebSocket) -> None:
         refusal = server.refusal()
@@ -161,8 +163,9 @@ def build_app(server: EpisodeServer) -> Starlette:
         Route("/metadata", metadata),
         Route("/state", state),
         Route("/rcb", rcb),
-        Route("/reset", no_http_episodes, methods=["POST"]),
-        Route("/step", no_http_episodes, methods=["POST"]),
+        Route("/reset", held.reset, methods=["POST"]),
+        Route("/step", held.step, methods=["POST"]),
+        Route("/mcp", McpDoor(server), methods=["GET", "POST", "DELETE"]),
         WebSocketRoute("/ws", ws),
     ]
     return Starlette(routes=routes)

@@ -90,6 +90,17 @@ class ServedObservation(BaseModel):
     """What is left of each budget (null: unlimited)."""
     tools: list[dict[str, Any]] | None = None
     """Answering ``list_tools``: the tools' names, descriptions and JSON schemas."""
+    tool_name: str | None = None
+    """Answering ``call_tool`` (the step of OpenEnv's ``MCPToolClient``): the tool called; its
+    observation is ``result``, or, for a malformed call, ``error``."""
+    result: str | None = None
+    error: dict[str, str] | None = None
+    """OpenEnv's ``ToolError``: ``error_type`` (``invalid_args``) and ``message``."""
+
+
+_SENT_WHEN_SET = frozenset({"tools", "tool_name", "result", "error"})
+"""Fields absent from an answer unless set (OpenEnv's MCP client reads an observation with a
+``tools`` key as a tool list and one with ``tool_name`` as a tool call's answer)."""
 
 
 class ServedState(BaseModel):
@@ -144,7 +155,13 @@ def observation_frame(
 ) -> dict[str, Any]:
     return _framed(
         "observation",
-        {"observation": obs.model_dump(mode="json"), "reward": reward, "done": done},
+        {
+            "observation": obs.model_dump(
+                mode="json", exclude={k for k in _SENT_WHEN_SET if getattr(obs, k) is None}
+            ),
+            "reward": reward,
+            "done": done,
+        },
         frame_id,
     )
 

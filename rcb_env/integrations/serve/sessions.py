@@ -121,6 +121,11 @@ class EpisodeServer:
         self._lock = threading.Lock()
         self.open_episodes = 0
         self.sessions: set[ServedSession] = set()
+        """The sessions of open sockets."""
+        self.held: dict[str, ServedSession] = {}
+        """The sessions without a socket, by key: HTTP-held episodes (``POST /reset`` and
+        ``/step``, by episode id) and MCP sessions (``/mcp``); each forgotten once its episode
+        has ended and it has been idle ``idle_s``."""
         self.draining = False
         self.served = Counter[str]()
         """Episodes ended, by status."""
@@ -188,6 +193,7 @@ class EpisodeServer:
             "open_episodes": self.open_episodes,
             "max_episodes": self.limits.max_episodes,
             "connections": len(self.sessions),
+            "held": len(self.held),
             "max_connections": self.limits.connections,
             "draining": self.draining,
             "idle_s": self.limits.idle_s,
@@ -203,9 +209,42 @@ class EpisodeServer:
         """End the episodes idle past ``idle_s`` or open past ``episode_wall_s`` (each graded
         as it stands and recorded; its socket kept); how many."""
         now = time.monotonic() if now is None else now
-        due = [(s, r) for s in list(self.sessions) if (r := s.overdue(now)) is not None]
+        stale = [  # ended before this pass, and idle since: their clients have gone
+            key
+            for key, s in self.held.items()
+            if not s.running and now - s.last_active > self.limits.idle_s
+        ]
+        every = [*self.sessions, *self.held.values()]
+        due = [(s, r) for s in every if (r := s.overdue(now)) is not None]
         ended = await asyncio.gather(*(s.end_if_idle(r) for s, r in due))  # graded at once
+        for key in stale:
+            self.forget(key)
         return sum(ended)
+
+    def room_to_hold(self) -> bool:
+        """Whether another session without a socket fits (at most ``connections`` are held;
+        ended ones are forgotten first, oldest first, to make room)."""
+        cap = self.limits.connections
+        if len(self.held) < cap:
+            return True
+        ended = sorted(
+            (s.last_active, k)
+            for k, s in self.held.items()
+            if not s.running and not s.lock.locked()
+        )
+        for _, key in ended[: len(self.held) - cap + 1]:
+            self.forget(key)
+        return len(self.held) < cap
+
+    def hold(self, key: str, session: ServedSession) -> None:
+        """Keep ``session`` (no socket) under ``key`` until it is forgotten."""
+        self.held[key] = session
+
+    def forget(self, key: str) -> None:
+        """Drop a held session (its episode has ended); its door is told."""
+        session = self.held.pop(key, None)
+        if session is not None and session.on_forget is not None:
+            session.on_forget()
 
     async def drain(self) -> None:
         """Shutting down: no new connection or episode; running episodes get ``drain_s`` to
@@ -214,9 +253,11 @@ class EpisodeServer:
         deadline = time.monotonic() + self.limits.drain_s
         while self.open_episodes > 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
-        for session in list(self.sessions):
+        for session in [*self.sessions, *self.held.values()]:
             async with session.lock:  # a step in flight is answered first
                 await session.interrupt("ServerShutdown", "the server shut down mid-episode")
+        for key in list(self.held):
+            self.forget(key)
 
     def close(self) -> None:
         """Wait for the work in flight; release the sandboxes' warm processes and templates."""
@@ -258,6 +299,8 @@ class ServedSession:
         self.recorded = False
         self.last_active = time.monotonic()
         self.lock = asyncio.Lock()
+        self.on_forget: Callable[[], None] | None = None
+        """Called when the server forgets a held session (its door releases what it holds)."""
 
     # frames ---------------------------------------------------------------------------------
     async def answer(self, raw: str | bytes) -> dict[str, Any] | None:
@@ -352,20 +395,39 @@ class ServedSession:
                 update={"tools": [t.model_dump() for t in tool_specs()]}
             )
             return obs, self._reward(), episode.done
+        called = None
         if data.get("type") == "call_tool":
             arguments = data.get("arguments") or {}
+            called = str(data.get("tool_name"))
             data = {
                 "tool": data.get("tool_name"),
                 **(arguments if isinstance(arguments, dict) else {}),
             }
         metadata = data.pop("metadata", None)
         if episode.done:
-            return self._observed(ENDED, tool_ok=False)
+            return self._as_call(called, *self._observed(ENDED, tool_ok=False))
         if isinstance(metadata, dict) and isinstance(metadata.get("model_call"), dict):
             episode.model_calls.append({**metadata["model_call"], "step": len(episode.steps) + 1})
         text, _r, _t, _tr, info = episode.step(data)
         self._record_if_ended()
-        return self._observed(text, tool_ok=not info.get("action_error", False))
+        return self._as_call(
+            called, *self._observed(text, tool_ok=not info.get("action_error", False))
+        )
+
+    @staticmethod
+    def _as_call(
+        called: str | None, obs: ServedObservation, reward: float | None, done: bool
+    ) -> tuple[ServedObservation, float | None, bool]:
+        """A ``call_tool`` step's answer as OpenEnv's MCP client reads one: ``tool_name`` and
+        ``result``, or ``error`` when the call was malformed (or came after the end)."""
+        if called is None:
+            return obs, reward, done
+        answer: dict[str, Any] = {"tool_name": called}
+        if obs.tool_ok:
+            answer["result"] = obs.text
+        else:
+            answer["error"] = {"error_type": "invalid_args", "message": obs.text}
+        return obs.model_copy(update=answer), reward, done
 
     def _observed(
         self, text: str, *, tool_ok: bool
@@ -471,6 +533,7 @@ class ServedSession:
                 return False
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(self.server.executor, self._end, reason)
+            self.last_active = time.monotonic()  # a held session's end stays readable a while
             return True
 
     async def interrupt(self, kind: str, message: str) -> None:
