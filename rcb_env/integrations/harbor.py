@@ -45,6 +45,7 @@ from rcb_env import config, guest
 from rcb_env.errors import ConfigError
 from rcb_env.frozen import Frozen
 from rcb_env.grading.grader import RUNNER_FILES, GradingConfig
+from rcb_env.guest.harbor_verify import DETAILS
 from rcb_env.guest.protocol import split_lines
 from rcb_env.results.records import RECORDS, RUN_FILE, EpisodeRecord, write_json_atomic
 from rcb_env.sandbox.base import Limits
@@ -354,7 +355,7 @@ def _trial_record(
     trial: dict[str, Any], verifier_dir: Path, run_id: str, sample: int, tasks: Path | None
 ) -> dict[str, Any]:
     """The fields of one trial's :class:`~rcb_env.results.records.EpisodeRecord`."""
-    details_path = verifier_dir / "reward-details.json"
+    details_path = verifier_dir / DETAILS
     details: dict[str, Any] = {}
     if details_path.is_file():
         details = json.loads(details_path.read_text())
