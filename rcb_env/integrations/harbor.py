@@ -21,8 +21,10 @@ Beside the tasks: ``metric.py`` (:mod:`rcb_env.guest.rates`: the paper's scaled 
 rates, infrastructure failures left out and counted) and ``registry.json``, which lists the
 tasks as one dataset (Harbor's registry format) whose metric is that script, so that
 ``harbor run --registry-path registry.json -d NAME`` (run in the export's folder) prints the
-rates ``rcb-env summary`` gives. :func:`import_harbor_job` reads a Harbor job back as
-rcb-env runs, for ``rcb-env summary`` of the same trials.
+rates ``rcb-env summary`` gives; ``job.json`` names the same dataset and metric by absolute
+path, as a Harbor job configuration (``harbor run -c DIR/job.json`` from anywhere).
+:func:`import_harbor_job` reads a Harbor job back as rcb-env runs, for ``rcb-env summary`` of
+the same trials.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ __all__ = [
 VERIFY_SOURCE = guest.source("harbor_verify")
 #: The dataset's metric script beside the tasks (Harbor runs it with ``uv run``).
 METRIC = "metric.py"
+#: A Harbor job configuration naming the dataset (absolute paths) and its metric.
+JOB_CONFIG = "job.json"
 AgentNetwork = Literal["no-network", "public"]
 #: The agent's working folder in the container (the per-paper images' WORKDIR).
 WORKSPACE = "/workspace"
@@ -336,6 +340,14 @@ def export_harbor(
         }
     ]
     shutil.copyfile(guest.source("rates"), dest / METRIC)
+    # the same dataset and metric as a job configuration, for `harbor run -c job.json` from
+    # anywhere (and `-p DIR -c DIR/job.json`: Harbor 0.26 applies no metric.py to a -p folder)
+    where = dest.resolve()
+    job = {
+        "datasets": [{"path": str(where)}],
+        "metrics": [{"type": "uv-script", "kwargs": {"script_path": str(where / METRIC)}}],
+    }
+    (dest / JOB_CONFIG).write_text(json.dumps(job, indent=1) + "\n")
     (dest / "registry.json").write_text(json.dumps(registry, indent=1) + "\n")
     return HarborExport(dest=dest, tasks=tuple(names), skipped=tuple(skipped), images=images)
 

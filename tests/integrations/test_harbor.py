@@ -103,6 +103,12 @@ def test_every_exported_task_loads_in_harbor_and_hides_the_answer(
     # the dataset's metric is the shipped rates script, run by Harbor with uv
     assert loaded["metrics"] == [{"type": "uv-script", "kwargs": {"script_path": "metric.py"}}]
     assert (tmp_path / "ds" / "metric.py").read_text() == guest.text("rates")
+    job = json.loads((tmp_path / "ds" / "job.json").read_text())
+    where = (tmp_path / "ds").resolve()
+    assert job == {
+        "datasets": [{"path": str(where)}],
+        "metrics": [{"type": "uv-script", "kwargs": {"script_path": str(where / "metric.py")}}],
+    }
     loaded = loaded["tasks"]
     assert sorted(loaded) == sorted(report.tasks)
     for s in snippets:
@@ -352,23 +358,34 @@ _PICKED = {
 }
 
 
-def _harbor_job(harbor: Path, tasks: Path, jobs: Path, agent: str, names: list[str]) -> Any:
-    """``harbor run`` on ``names`` of the export in ``tasks``, through its registry (so that
-    the dataset's metric is used), started in that folder; the process (not waited for)."""
-    args = [str(harbor.parent / "harbor"), "run", "--registry-path", "registry.json"]
-    args += ["-d", "bundled", "-a", agent, "-e", "harbor_plain_docker:PlainDocker", "-n", "2"]
+def _harbor_job(
+    tasks: Path, label: str, agent: str, names: list[str], *, registry: bool = True
+) -> Any:
+    """``harbor run`` on ``names`` of the export in ``tasks`` so that the dataset's metric is
+    used: through its registry, started in that folder, or (``registry=False``) as the folder
+    (``-p``) with the export's job configuration (``-c job.json``), started elsewhere. Its jobs
+    go to ``j-<label>`` beside ``tasks``. The process (not waited for)."""
+    harbor, jobs = harbor_python(), tasks.parent / f"j-{label}"
+    assert harbor is not None
+    args = [str(harbor.parent / "harbor"), "run"]
+    if registry:
+        args += ["--registry-path", "registry.json", "-d", "bundled"]
+    else:
+        args += ["-p", str(tasks), "-c", str(tasks / "job.json")]
+    args += ["-a", agent, "-e", "harbor_plain_docker:PlainDocker", "-n", "2"]
     for n in names:
         args += ["-i", n]
     env = {
         **os.environ,
         "PYTHONPATH": str(HERE),
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "COLUMNS": "200",  # Harbor's results table, not cut to 80 columns
         # Harbor runs a dataset's metric.py with `uv run`: the one beside rcb-env's interpreter
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
     }
     return subprocess.Popen(
         [*args, "-o", str(jobs), "-y"],
-        cwd=tasks,
+        cwd=tasks if registry else jobs.parent,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -382,13 +399,14 @@ def test_harbors_own_metric_equals_rcb_env_summary_of_the_same_trials(
     tmp_path: Path, docker_images: str, harbor: Path
 ) -> None:
     """``harbor run`` (Harbor's job, trials, agents, verifier and metric machinery) on exported
-    tasks: the oracle, Harbor's ``nop`` agent (it leaves every TODO: all fail), and the oracle
-    on a mix: two passes, one failure (its solution left out) and one infrastructure failure,
-    injected by making the hidden test file import a module the image lacks (the verifier's
-    verdict is ``missing_dependency``, it writes no reward, Harbor records a verifier error).
-    Each time, the metric Harbor prints and stores equals ``rcb-env summary`` of the same
-    trials (imported from the job folder), and the infrastructure failure is counted by both,
-    never scored 0. The agent phase ran with the network off."""
+    tasks: the oracle; Harbor's ``nop`` agent, which leaves every TODO (all fail), run with
+    ``-p DIR -c DIR/job.json`` from elsewhere; and the oracle on a mix: two passes, one failure
+    (its solution left out) and one infrastructure failure, injected by making the hidden test
+    file import a module the image lacks (the verifier's verdict is ``missing_dependency``, it
+    writes no reward, Harbor records a verifier error). The other two go through the registry
+    in the export's folder. Each time, the metric Harbor prints and stores equals ``rcb-env
+    summary`` of the same trials (imported from the job folder), and the infrastructure
+    failure is counted by both, never scored 0. The agent phase ran with the network off."""
     pset = load(bundled_root(), papers=set(_PICKED))
     snippets = {s.name: s for p in pset.papers for s in p.snippets if s.name in _PICKED[p.id]}
     names = {k: task_name(s) for k, s in snippets.items()}
@@ -402,11 +420,10 @@ def test_harbors_own_metric_equals_rcb_env_summary_of_the_same_trials(
 
     t0 = time.monotonic()
     jobs = {
-        "oracle": _harbor_job(harbor, clean, tmp_path / "j-oracle", "oracle",
-                              [names["adamw step"], names["attend"]]),
-        "nop": _harbor_job(harbor, clean, tmp_path / "j-nop", "nop",
-                           [names["bias correction"], names["attend"]]),
-        "mix": _harbor_job(harbor, mixed, tmp_path / "j-mix", "oracle", list(names.values())),
+        "oracle": _harbor_job(clean, "oracle", "oracle", [names["adamw step"], names["attend"]]),
+        "nop": _harbor_job(clean, "nop", "nop", [names["bias correction"], names["attend"]],
+                           registry=False),
+        "mix": _harbor_job(mixed, "mix", "oracle", list(names.values())),
     }  # fmt: skip
     printed = {}
     for label, proc in jobs.items():
