@@ -220,3 +220,23 @@ def test_solve_rates_average_each_sources_share() -> None:
     assert rates["s"].rate == pytest.approx((0.5 + 1.0) / 2)
     assert (rates["s"].sources, rates["s"].solved_by) == (2, 2)
     assert (rates["t"].rate, rates["t"].solved_by) == (0.0, 0)
+
+
+def test_summary_takes_the_difficulty_subsets(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``--subset hard`` and ``--subset solve-rate:LO:HI`` wherever ``--subset`` is taken: here
+    ``summary`` rates a run on them (the results file from ``RCB_PUBLISHED_RESULTS``)."""
+    passes = {f"p/s{i}": [int(i > j) for j in range(10)] for i in range(10)}  # s_i: i/10
+    stats = _results_file(tmp_path / "s.json", passes, dict.fromkeys(passes, 1))
+    monkeypatch.setenv("RCB_PUBLISHED_RESULTS", str(stats))
+    run = _run(tmp_path / "run", {"p/s0": True, "p/s1": False, "p/s5": True, "p/s9": True})
+    res = CliRunner().invoke(cli, ["summary", str(run), "--json", "--subset", "hard"])
+    assert res.exit_code == 0, res.output
+    sub = json.loads(res.output)["subset"]
+    assert (sub["name"], sub["of"], sub["snippets"]) == ("hard", 1, 1)  # s0, the one of ten
+    assert sub["rates"]["plain"] == 100.0
+    res = CliRunner().invoke(cli, ["summary", str(run), "--json", "--subset", "solve-rate:0:0.5"])
+    sub = json.loads(res.output)["subset"]
+    assert (sub["of"], sub["snippets"]) == (6, 3)  # s0..s5; the run has s0, s1, s5
+    assert sub["rates"]["plain"] == pytest.approx(200 / 3)
