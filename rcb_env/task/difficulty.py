@@ -33,6 +33,7 @@ __all__ = [
     "difficulty_table",
     "parse_range",
     "published_outcomes",
+    "published_samples",
     "read_published",
     "solve_rates",
 ]
@@ -74,30 +75,48 @@ def solve_rates(outcomes: Iterable[Outcome]) -> dict[str, SolveRate]:
     return out
 
 
-def read_published(stats_file: Path) -> tuple[list[Outcome], dict[str, int]]:
+def published_samples(stats_file: Path) -> list[dict[str, Any]]:
     """Every completion of the paper's results file (``results`` -> paper -> ``results`` ->
-    model -> ``results`` -> snippet -> completions with ``passed`` and
-    ``snippet_code_line_count``) as ``(model, snippet id, passed)``, and each snippet's line
-    count as the file gives it.
+    model -> ``results`` -> snippet -> completions), as the completion's own fields
+    (``passed``, ``snippet_code_line_count``, ``completion_idx``...) with ``model``, ``paper``
+    and ``snippet``: the one reader of the file's shape (``import-results`` and the difficulty
+    both read it through here).
 
     Raises:
-        ConfigError: the file cannot be read or is not a results file of this shape.
+        ConfigError: the file cannot be read, is not a results file of this shape, or holds no
+            completion.
     """
     try:
         results: dict[str, Any] = json.loads(stats_file.read_text())["results"]
         rows = [
-            (model, f"{paper_id}/{name}", sample)
+            {**sample, "model": model, "paper": paper_id, "snippet": name}
             for paper_id, paper in results.items()
-            for model, entry in paper["results"].items()
-            for name, samples in entry["results"].items()
+            for model, entry in paper.get("results", {}).items()
+            for name, samples in entry.get("results", {}).items()
             for sample in samples
         ]
-        outcomes = [(model, sid, bool(sample["passed"])) for model, sid, sample in rows]
-        weights = {sid: int(sample.get("snippet_code_line_count", 0)) for _, sid, sample in rows}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(f"{stats_file}: not a ResearchCodeBench results file ({exc!r})") from None
-    if not outcomes:
+    if not rows:
         raise ConfigError(f"{stats_file}: no per-snippet results")
+    return rows
+
+
+def read_published(stats_file: Path) -> tuple[list[Outcome], dict[str, int]]:
+    """The results file's completions (:func:`published_samples`) as ``(model, snippet id,
+    passed)``, and each snippet's line count as the file gives it.
+
+    Raises:
+        ConfigError: the file cannot be read or is not a results file of this shape.
+    """
+    rows = published_samples(stats_file)
+    try:
+        outcomes = [(r["model"], f"{r['paper']}/{r['snippet']}", bool(r["passed"])) for r in rows]
+        weights = {
+            f"{r['paper']}/{r['snippet']}": int(r.get("snippet_code_line_count", 0)) for r in rows
+        }
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{stats_file}: not a ResearchCodeBench results file ({exc!r})") from None
     return outcomes, weights
 
 
