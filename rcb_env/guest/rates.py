@@ -14,7 +14,8 @@ line is one trial's reward dictionary as the exported verifier writes it (``rewa
 line weight on a pass, else 0; ``weight``; ``passed``: 1 or 0), or ``null`` for a trial
 without a reward. A trial without a reward is an infrastructure failure (the verifier writes
 none for one, so Harbor records a verifier error): it is left out of both rates and counted
-(``infra_errors``), never scored 0.
+(``infra_errors``, shown only when there is one), never scored 0. Harbor 0.26 hands a metric
+only the trials with a valid reward and counts the others itself (its ``Exceptions``).
 
 Standard library only: Harbor runs it with whatever Python ``uv`` finds.
 """
@@ -59,16 +60,20 @@ def harbor_metric(rewards: list[dict[str, Any] | None]) -> dict[str, float | int
             )
         scored.append((int(reward["weight"]), bool(reward["passed"])))
     rates = pass_rates(scored)
-    scaled, plain = rates if rates is not None else (0.0, 0.0)
-    return {
-        "scaled": scaled,
-        "plain": plain,
-        "scored": len(scored),
-        "passed": sum(1 for _, p in scored if p),
-        "weight": sum(w for w, _ in scored),
-        "passed_weight": sum(w for w, p in scored if p),
-        "infra_errors": infra,
-    }
+    metric: dict[str, float | int] = (
+        {} if rates is None else {"scaled": rates[0], "plain": rates[1]}
+    )
+    metric.update(
+        {
+            "scored": len(scored),
+            "passed": sum(1 for _, p in scored if p),
+            "weight": sum(w for w, _ in scored),
+            "passed_weight": sum(w for w, p in scored if p),
+        }
+    )
+    if infra:  # Harbor 0.26 hands a metric only trials with a reward: it counts the others
+        metric["infra_errors"] = infra
+    return metric
 
 
 def main(argv: list[str]) -> int:

@@ -288,6 +288,14 @@ def test_the_metric_gives_the_papers_rates_and_counts_missing_rewards() -> None:
     assert got["scaled"] == pytest.approx(100 * 13 / 20)
     assert got["plain"] == pytest.approx(100 * 2 / 3)
     assert (got["scored"], got["passed"], got["weight"], got["infra_errors"]) == (3, 2, 20, 1)
+    assert "infra_errors" not in harbor_metric(rewards[:2])  # no column of zeros
+    assert harbor_metric([None]) == {  # nothing scored: no rate at all, not 0
+        "scored": 0,
+        "passed": 0,
+        "weight": 0,
+        "passed_weight": 0,
+        "infra_errors": 1,
+    }
     with pytest.raises(ValueError, match="rcb-env export"):
         harbor_metric([{"reward": 1.0}])  # another dataset's reward
 
