@@ -138,14 +138,20 @@ bench-published: install
 # Harbor's oracle on the published set, exported as Harbor tasks (not part of `make test`; build
 # the papers' images first: `rcb-env images build --pset researchcodebench --paper LEN ...`).
 # HARBOR_TASKS: the task-name globs to run (default: every snippet of LEN and llm-sci-use).
+# Harbor runs in the export's folder, through its registry.json, so that it prints the dataset's
+# metric (metric.py, run with the uv of .venv/bin); `rcb-env summary` of the same trials follows.
 HARBOR_TASKS ?= len__* llm-sci-use__*
 harbor-published: install
 	rm -rf runs/harbor-published
 	$(BIN)/rcb-env export harbor --pset researchcodebench -o runs/harbor-published/tasks
-	PYTHONPATH=tests LITELLM_LOCAL_MODEL_COST_MAP=True bash scripts/with-dockerd.sh \
-		$(VENV)/harbor/bin/harbor run -p runs/harbor-published/tasks \
+	cd runs/harbor-published/tasks && PATH="$(CURDIR)/$(BIN):$$PATH" PYTHONPATH=$(CURDIR)/tests \
+		LITELLM_LOCAL_MODEL_COST_MAP=True bash $(CURDIR)/scripts/with-dockerd.sh \
+		$(CURDIR)/$(VENV)/harbor/bin/harbor run --registry-path registry.json -d researchcodebench \
 		$(foreach t,$(HARBOR_TASKS),-i '$(t)') -a oracle -e harbor_plain_docker:PlainDocker \
-		-n 2 -o runs/harbor-published/jobs -y
+		-n 2 -o ../jobs -y
+	$(BIN)/rcb-env import-results runs/harbor-published/jobs/* --tasks runs/harbor-published/tasks \
+		--runs-dir runs/harbor-published/runs
+	$(BIN)/rcb-env summary runs/harbor-published/runs/*
 
 # A real GRPO run (TRL) of a tiny model built offline on the bundled tasks, on CPU (< 5 min).
 grpo-example: install

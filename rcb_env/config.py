@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     """``RCB_RAY_TEMP_DIR``."""
     harbor_python: Path | None = None
     """``RCB_HARBOR_PYTHON``."""
+    published_results: Path | None = None
+    """``RCB_PUBLISHED_RESULTS``: the paper's results file (ResearchCodeBench's
+    ``overall_stats.json``) the difficulty subsets (``--subset hard``) are computed from."""
     env_grading_workers: int | None = Field(default=None, ge=1)
     """``RCB_ENV_GRADING_WORKERS``: how many gradings of a process may run at once (RL)."""
 

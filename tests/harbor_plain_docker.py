@@ -5,6 +5,11 @@ for engines without the Docker Compose v2 plugin that Harbor's own ``docker`` en
 ``harbor run -e harbor_plain_docker:PlainDocker`` with this folder on PYTHONPATH. It runs in
 Harbor's interpreter (the Harbor venv), not rcb-env's; everything else of the run (the job, the
 trial, the oracle agent, the verifier and its reward files) is Harbor's own.
+
+Its containers never have a network (``--network none``), which is at least as strict as any
+policy a task asks for, so it can take every phase's policy (an exported task's agent phase is
+``no-network``): it records each switch Harbor asks for in the trial's
+``network-policies.log`` for the tests to read.
 """
 
 from __future__ import annotations
@@ -48,7 +53,11 @@ class PlainDocker(BaseEnvironment):
 
     @property
     def capabilities(self) -> EnvironmentCapabilities:
-        return EnvironmentCapabilities(disable_internet=True)
+        return EnvironmentCapabilities(disable_internet=True, dynamic_network_policy=True)
+
+    async def _apply_network_policy(self, network_policy) -> None:
+        with (self.trial_paths.trial_dir / "network-policies.log").open("a") as log:
+            log.write(f"{network_policy.network_mode.value}\n")
 
     def _validate_definition(self):
         if not (self.environment_dir / "Dockerfile").is_file():

@@ -207,7 +207,9 @@ paper_option = click.option(
 subset_option = click.option(
     "--subset",
     help="A named subset of the snippets (`verified`: reference solid and mutation score at or "
-    "above the threshold, see docs/test-strength.md; or a subset file).",
+    "above the threshold, see docs/test-strength.md; `hard`: the hardest tenth by the published "
+    "solve rates; `solve-rate:LO:HI`: published solve rate in [LO, HI], both from "
+    "$RCB_PUBLISHED_RESULTS, see docs/tasks.md; or a subset file).",
 )
 snippet_option = click.option(
     "--snippet", "snippets", multiple=True, help="Only this snippet: <paper>/<name> or <name>."

@@ -73,12 +73,21 @@ def export_cmd(run_dir: Path, fmt: str, dest: Path, keep_incomplete: bool) -> No
     "--base",
     help="Base image of the per-paper images the tasks start from (as for `images build`).",
 )
+@click.option(
+    "--agent-network",
+    type=click.Choice(["no-network", "public"]),
+    default="no-network",
+    show_default=True,
+    help="Harbor's network mode for the agent phase (task.toml [agent] network_mode); `public` "
+    "for Harbor environments that cannot switch the network between phases.",
+)
 def export_harbor_cmd(
-    pset: tuple[str, ...], dest: Path, name: str | None, base: str | None
+    pset: tuple[str, ...], dest: Path, name: str | None, base: str | None, agent_network: str
 ) -> None:
     """One Harbor task per snippet (task.toml, instruction.md, environment/Dockerfile FROM the
-    paper's image, tests/test.sh with rcb-env's grading, solution/solve.sh) and registry.json.
-    Build the images first: `rcb-env images build --pset NAME`."""
+    paper's image, tests/test.sh with rcb-env's grading, solution/solve.sh), the dataset's
+    metric.py (the paper's rates) and registry.json. Build the images first:
+    `rcb-env images build --pset NAME`; run Harbor in DIR with `--registry-path registry.json`."""
     from rcb_env.integrations.harbor import export_harbor
     from rcb_env.sandbox.backends.docker import images as img
 
@@ -87,7 +96,11 @@ def export_harbor_cmd(
     cfg: Any = img.ImageConfig() if base is None else img.ImageConfig(base=base)
     label = name or (Path(pset[0]).name if pset else "rcb-env-bundled")
     report = export_harbor(
-        loaded, dest, image_for=lambda paper: img.image_tag(paper, cfg), name=label
+        loaded,
+        dest,
+        image_for=lambda paper: img.image_tag(paper, cfg),
+        name=label,
+        agent_network=agent_network,  # type: ignore[arg-type]
     )
     out.print(
         f"{len(report.tasks)} Harbor tasks from {len(report.images)} papers -> {dest} "

@@ -185,12 +185,11 @@ def plan_cmd(
 
 
 @cli.command(name="import-results")
-@click.argument("stats_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("stats_file", type=click.Path(exists=True, path_type=Path))
 @click.option(
     "--runs-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path("runs") / "published",
-    show_default=True,
+    help="Where the runs go (default: runs/published for a results file, runs for a Harbor job).",
 )
 @click.option(
     "--pset",
@@ -198,9 +197,23 @@ def plan_cmd(
     show_default=True,
     help="The benchmark the results are of (its weights are used; skipped if not fetched).",
 )
-def import_results_cmd(stats_file: Path, runs_dir: Path, pset: str) -> None:
+@click.option(
+    "--tasks",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A Harbor job: the exported tasks' folder it ran in (names trials that never reached "
+    "the verifier).",
+)
+def import_results_cmd(
+    stats_file: Path, runs_dir: Path | None, pset: str, tasks: Path | None
+) -> None:
     """The paper's results file (ResearchCodeBench's overall_stats.json) as one run per model,
-    marked imported; prints each model's rates by rcb-env's formulas beside the file's own."""
+    marked imported; prints each model's rates by rcb-env's formulas beside the file's own.
+    Given a Harbor job folder (``harbor run`` on ``rcb-env export harbor`` tasks): one run per
+    agent, its trials as Harbor's metric saw them (``rcb-env summary`` then rates them)."""
+    if stats_file.is_dir():
+        _import_harbor(stats_file, runs_dir or Path("runs"), tasks)
+        return
+    runs_dir = runs_dir or Path("runs") / "published"
     try:
         loaded = load_selection(pset, ())
     except RcbError as exc:
@@ -234,3 +247,22 @@ def import_results_cmd(stats_file: Path, runs_dir: Path, pset: str) -> None:
         f"published line count differs from rcb-env's weight: {mismatched}",
         highlight=False,
     )
+
+
+def _import_harbor(job_dir: Path, runs_dir: Path, tasks: Path | None) -> None:
+    from rcb_env.integrations.harbor import import_harbor_job
+
+    table = Table(title=f"Imported the Harbor job {shown(job_dir)}")
+    for col in ("agent", "trials", "infra errors", "scaled %", "plain %", "run"):
+        table.add_column(col, justify="left" if col in ("agent", "run") else "right")
+    for run in import_harbor_job(job_dir, runs_dir, tasks=tasks):
+        o = summarize_run(run.run_dir).overall
+        table.add_row(
+            run.agent,
+            str(run.trials),
+            str(run.infra_errors),
+            "-" if o is None else f"{o.scaled:.2f}",
+            "-" if o is None else f"{o.plain:.2f}",
+            shown(run.run_dir),
+        )
+    out.print(table)

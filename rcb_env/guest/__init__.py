@@ -10,7 +10,9 @@ the others it needs (:func:`source`, :func:`ship`):
   reader, the verdict rules, how a body is read back from an edited file;
 - :mod:`.warm_child`, the warm grading process;
 - :mod:`.scanner` (the leak audit) and :mod:`.survivor_probe` (test strength);
-- :mod:`.harbor_verify`, the verifier of an exported Harbor task.
+- :mod:`.harbor_verify`, the verifier of an exported Harbor task, and :mod:`.rates`, the
+  paper's two rates (the host's summary uses them; an exported Harbor dataset runs them as its
+  ``metric.py`` on Harbor's side, with whatever Python ``uv`` finds).
 
 The host imports some of them too (the policy checks a body before a sandbox starts; the
 verdict rules are the protocol's), never the other way round: nothing here imports
@@ -34,6 +36,7 @@ NAMES = (
     "scanner",
     "survivor_probe",
     "harbor_verify",
+    "rates",
 )
 
 

@@ -12,10 +12,12 @@ test file runs under rcb-env's runner (``TESTS_DIR/rcb/runner.py``: per-test res
 channel). The verdict rules are the host's (:func:`rcb_env.guest.protocol.classify`); a failing
 candidate is scored only once the pristine paper passes here (else the environment is broken).
 
-It writes ``LOG_DIR/details.json`` (verdict, per-test results, the official harness's rule,
-output tails) and, when the candidate was scored, ``LOG_DIR/reward.txt``: the snippet's line
-weight on a pass, 0 on a failure. An infrastructure verdict writes no reward and exits 1, so
-Harbor records a verifier error, never a reward of 0.
+It writes ``LOG_DIR/reward-details.json`` (verdict, the per-test verdicts the runner
+reported, the official harness's rule, output tails, the body) and, when the candidate was
+scored, ``LOG_DIR/reward.json``: ``reward`` (the snippet's line weight on a pass, 0 on a
+failure), ``weight`` and ``passed`` (1 or 0), what the dataset's metric
+(:mod:`rcb_env.guest.rates`) needs for the paper's rates. An infrastructure verdict writes no
+reward and exits 1, so Harbor records a verifier error, never a reward of 0.
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ extract_span = _protocol["extract_span"]
 classify = _protocol["classify"]
 official_pass = _protocol["official_pass"]
 _OUTPUT_LIMIT = 20_000
+#: What Harbor reads as the trial's reward (a JSON object of numbers), and the verdict beside it
+#: (Harbor's viewer shows ``reward-details.json``).
+REWARD = "reward.json"
+DETAILS = "reward-details.json"
 
 
 def _policy() -> dict[str, Any]:
@@ -264,13 +270,13 @@ def main(argv: list[str]) -> int:
     details["reward"] = spec["weight"] if passed else 0
     if result["outcome"] == "infra_error":
         details["reward"] = None
-    with open(os.path.join(log_dir, "details.json"), "w", encoding="utf-8") as f:
+    with open(os.path.join(log_dir, DETAILS), "w", encoding="utf-8") as f:
         json.dump(details, f, indent=1)
     print(f"{spec['snippet_id']}: {result['outcome']} ({result['kind']}): {result['detail']}")
     if result["outcome"] == "infra_error":
         return 1
-    with open(os.path.join(log_dir, "reward.txt"), "w", encoding="utf-8") as f:
-        f.write(f"{details['reward']}\n")
+    with open(os.path.join(log_dir, REWARD), "w", encoding="utf-8") as f:
+        json.dump({"reward": details["reward"], "weight": spec["weight"], "passed": int(passed)}, f)
     return 0
 
 

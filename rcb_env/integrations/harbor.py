@@ -12,23 +12,34 @@ A task folder holds (Harbor's task format: ``harbor.models.task``):
 - ``tests/``: what Harbor copies into the container only at verification time (``/tests``): the
   pristine paper (the snippet's region left as a marker line the body replaces), rcb-env's runner
   and ``verify.py`` (:mod:`rcb_env.guest.harbor_verify`), and ``test.sh``, which runs it on
-  the file the agent edited and writes the reward (the line weight on a pass, 0 on a failure;
-  none on an infrastructure verdict) and ``details.json`` into ``/logs/verifier``;
+  the file the agent edited and writes ``reward.json`` (``reward``: the line weight on a pass,
+  0 on a failure; ``weight``; ``passed``; none on an infrastructure verdict) and
+  ``reward-details.json`` (the verdict with its per-test results) into ``/logs/verifier``;
 - ``solution/solve.sh``: the oracle (Harbor's ``oracle`` agent) writes the solved file.
 
-``registry.json`` beside the tasks lists them as one dataset (Harbor's registry format).
+Beside the tasks: ``metric.py`` (:mod:`rcb_env.guest.rates`: the paper's scaled and plain
+rates, infrastructure failures left out and counted) and ``registry.json``, which lists the
+tasks as one dataset (Harbor's registry format) whose metric is that script, so that
+``harbor run --registry-path registry.json -d NAME`` (run in the export's folder) prints the
+rates ``rcb-env summary`` gives; ``job.json`` names the same dataset and metric by absolute
+path, as a Harbor job configuration (``harbor run -c DIR/job.json`` from anywhere).
+:func:`import_harbor_job` reads a Harbor job back as rcb-env runs, for ``rcb-env summary`` of
+the same trials.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import shlex
 import shutil
 import stat
 import sys
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -36,14 +47,27 @@ from rcb_env import config, guest
 from rcb_env.errors import ConfigError
 from rcb_env.frozen import Frozen
 from rcb_env.grading.grader import RUNNER_FILES, GradingConfig
+from rcb_env.guest.harbor_verify import DETAILS
 from rcb_env.guest.protocol import split_lines
+from rcb_env.results.records import RECORDS, RUN_FILE, EpisodeRecord, write_json_atomic
 from rcb_env.sandbox.base import Limits
 from rcb_env.task.models import Paper, Pset, Snippet
 from rcb_env.task.source import source_for
 
-__all__ = ["HarborExport", "export_harbor", "harbor_python", "task_name"]
+__all__ = [
+    "HarborExport",
+    "export_harbor",
+    "harbor_python",
+    "import_harbor_job",
+    "task_name",
+]
 
 VERIFY_SOURCE = guest.source("harbor_verify")
+#: The dataset's metric script beside the tasks (Harbor runs it with ``uv run``).
+METRIC = "metric.py"
+#: A Harbor job configuration naming the dataset (absolute paths) and its metric.
+JOB_CONFIG = "job.json"
+AgentNetwork = Literal["no-network", "public"]
 #: The agent's working folder in the container (the per-paper images' WORKDIR).
 WORKSPACE = "/workspace"
 #: Stands where the snippet's body goes in the pristine copy under ``tests/paper``.
@@ -98,7 +122,12 @@ def _toml_value(value: object) -> str:
 
 
 def _task_toml(
-    paper: Paper, snippet: Snippet, benchmark: str, grading: GradingConfig, limits: Limits
+    paper: Paper,
+    snippet: Snippet,
+    benchmark: str,
+    grading: GradingConfig,
+    limits: Limits,
+    agent_network: AgentNetwork,
 ) -> str:
     timeout = paper.overlay.timeout_s or grading.timeout_s
     meta = {
@@ -117,6 +146,9 @@ def _task_toml(
         "",
         "[agent]",
         f"timeout_sec = {AGENT_TIMEOUT_S}",
+        # the agent phase only: setup (installing an agent) and verification keep the
+        # environment's network; Harbor adds a model-calling agent's inference host
+        f"network_mode = {_toml_value(agent_network)}",
         "",
         "[verifier]",
         # two runs at most (the candidate, then the pristine paper if it failed) and the copies
@@ -176,9 +208,11 @@ def write_task(
     benchmark: str,
     grading: GradingConfig | None = None,
     limits: Limits | None = None,
+    agent_network: AgentNetwork = "no-network",
 ) -> None:
     """Write ``snippet``'s Harbor task into the new folder ``dest`` (``limits``: the test
-    process's memory and file size, as a sandbox's).
+    process's memory and file size, as a sandbox's; ``agent_network``: Harbor's network mode
+    for the agent phase).
 
     Raises:
         ConfigError: the snippet's task source does not insert a body as a marked region does.
@@ -187,7 +221,9 @@ def write_task(
     limits = limits or Limits()
     source = source_for(paper)
     dest.mkdir(parents=True)
-    (dest / "task.toml").write_text(_task_toml(paper, snippet, benchmark, grading, limits))
+    (dest / "task.toml").write_text(
+        _task_toml(paper, snippet, benchmark, grading, limits, agent_network)
+    )
     (dest / "instruction.md").write_text(_instruction(paper, snippet))
 
     env_dir = dest / "environment"
@@ -251,9 +287,13 @@ def export_harbor(
     version: str = "1.0",
     grading: GradingConfig | None = None,
     limits: Limits | None = None,
+    agent_network: AgentNetwork = "no-network",
 ) -> HarborExport:
-    """One Harbor task per available snippet of ``pset`` into ``dest`` (new or empty), and a
-    ``registry.json`` listing them as the dataset ``name``. ``image_for`` gives a paper's image.
+    """One Harbor task per available snippet of ``pset`` into ``dest`` (new or empty), the
+    dataset's ``metric.py`` and a ``registry.json`` listing the tasks as the dataset ``name``
+    with that metric. ``image_for`` gives a paper's image; ``agent_network`` is Harbor's network
+    mode for the agent phase (``no-network``, or ``public`` for environments that cannot
+    switch the network off between phases).
 
     Raises:
         ConfigError: ``dest`` holds files already, or a snippet cannot be exported.
@@ -284,6 +324,7 @@ def export_harbor(
                 benchmark=name,
                 grading=grading,
                 limits=limits,
+                agent_network=agent_network,
             )
             names.append(folder)
     registry = [
@@ -291,10 +332,151 @@ def export_harbor(
             "name": name,
             "version": version,
             "description": f"{name} exported by rcb-env: one task per snippet, graded by "
-            "rcb-env's runner (reward: the snippet's line weight on a pass)",
+            "rcb-env's runner (reward: the snippet's line weight on a pass); metric.py gives "
+            "the paper's scaled and plain pass rates",
             "tasks": [{"name": n, "path": n} for n in names],
-            "metrics": [],
+            # relative paths, as the tasks': Harbor resolves both from the folder it runs in
+            "metrics": [{"type": "uv-script", "kwargs": {"script_path": METRIC}}],
         }
     ]
+    shutil.copyfile(guest.source("rates"), dest / METRIC)
+    # the same dataset and metric as a job configuration, for `harbor run -c job.json` from
+    # anywhere (and `-p DIR -c DIR/job.json`: Harbor 0.26 applies no metric.py to a -p folder)
+    where = dest.resolve()
+    job = {
+        "datasets": [{"path": str(where)}],
+        "metrics": [{"type": "uv-script", "kwargs": {"script_path": str(where / METRIC)}}],
+    }
+    (dest / JOB_CONFIG).write_text(json.dumps(job, indent=1) + "\n")
     (dest / "registry.json").write_text(json.dumps(registry, indent=1) + "\n")
     return HarborExport(dest=dest, tasks=tuple(names), skipped=tuple(skipped), images=images)
+
+
+class HarborRun(Frozen):
+    """One agent's trials of a Harbor job, imported as an rcb-env run folder."""
+
+    run_dir: Path
+    agent: str
+    """Harbor's evaluation key: agent, model and dataset."""
+    trials: int
+    infra_errors: int
+    """Trials without a valid reward (no verdict, or Harbor's own failure before one)."""
+
+
+def _trial_record(
+    trial: dict[str, Any], verifier_dir: Path, run_id: str, sample: int, tasks: Path | None
+) -> dict[str, Any]:
+    """The fields of one trial's :class:`~rcb_env.results.records.EpisodeRecord`."""
+    details_path = verifier_dir / DETAILS
+    details: dict[str, Any] = {}
+    if details_path.is_file():
+        details = json.loads(details_path.read_text())
+    rewards = (trial.get("verifier_result") or {}).get("rewards") or {}
+    meta = _task_metadata(trial, tasks)
+    snippet_id = str(details.get("snippet_id") or meta.get("snippet_id") or trial["task_name"])
+    weight = int(rewards.get("weight", details.get("weight", meta.get("weight", 0))))
+    scored = bool(trial.get("reward_valid")) and {"weight", "passed"} <= set(rewards)
+    exc = trial.get("exception_info") or {}
+    started = _unix(trial.get("started_at"))
+    record: dict[str, Any] = {
+        "run_id": run_id,
+        "episode_id": str(trial.get("trial_name") or trial["task_name"]),
+        "snippet_id": snippet_id,
+        "paper_id": str(meta.get("paper") or snippet_id.split("/", 1)[0]),
+        "sample": sample,
+        "weight": weight,
+        "task_hash": str(trial.get("task_checksum") or ""),
+        "agent": {"harbor": True, **(trial.get("agent_info") or {})},
+        "config": {},
+        "status": "completed" if scored else "infra_error",
+        "reason": "imported" if scored else "infra_error",
+        "reward": float(rewards.get("reward", 0.0)) if scored else 0.0,
+        "passed": bool(rewards["passed"]) if scored else None,
+        "initial_observation": "",
+        "steps": [],
+        "body": details.get("body"),
+        "started_at": started,
+        "duration_s": max(0.0, _unix(trial.get("finished_at")) - started),
+    }
+    if not scored:
+        why = details.get("detail") or exc.get("exception_message") or "no reward"
+        kind = details.get("kind") if details.get("outcome") == "infra_error" else None
+        record["infra_error"] = {
+            "stage": "grading" if kind else "harbor",
+            "type": str(kind or exc.get("exception_type") or "no_reward"),
+            "message": str(why)[:2000],
+        }
+    return record
+
+
+def _task_metadata(trial: dict[str, Any], tasks: Path | None) -> dict[str, Any]:
+    """The exported task's ``[metadata]`` (paper, snippet id, weight), when its folder is
+    found (Harbor records the path it was given, relative to where it ran: ``tasks``)."""
+    path = ((trial.get("config") or {}).get("task") or {}).get("path")
+    toml = (tasks or Path()) / str(path) / "task.toml" if path else None
+    if toml is None or not toml.is_file():
+        return {}
+    meta: dict[str, Any] = tomllib.loads(toml.read_text()).get("metadata", {})
+    return meta
+
+
+def _unix(stamp: object) -> float:
+    if not isinstance(stamp, str):
+        return 0.0
+    return dt.datetime.fromisoformat(stamp).timestamp()
+
+
+def import_harbor_job(
+    job_dir: Path, runs_root: Path, *, tasks: Path | None = None
+) -> list[HarborRun]:
+    """Each agent's trials of the Harbor job in ``job_dir`` (on an rcb-env export) as one run
+    folder under ``runs_root`` (``harbor-<job>-<agent>``, replacing an earlier import), so
+    that ``rcb-env summary`` rates the same trials Harbor's metric did: a trial with a valid
+    reward is scored by its verdict; one without (an infrastructure verdict, or Harbor failed
+    before one) is recorded as an infrastructure failure, excluded and counted. ``tasks``: the
+    export's folder (where ``harbor run`` ran), to name a trial whose verifier never ran.
+
+    Raises:
+        ConfigError: ``job_dir`` holds no trial results.
+    """
+    trials = []
+    for path in sorted(job_dir.glob("*/result.json")):
+        data = json.loads(path.read_text())
+        if "task_name" in data:
+            trials.append((path.parent, data))
+    if not trials:
+        raise ConfigError(f"{job_dir} is not a Harbor job folder (no <trial>/result.json)")
+    groups: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
+    for trial_dir, data in trials:
+        info = data.get("agent_info") or {}
+        model = (info.get("model_info") or {}).get("name")
+        key = "-".join(str(x) for x in (info.get("name") or "agent", model) if x)
+        groups.setdefault(key, []).append((trial_dir, data))
+    runs = []
+    for key, members in sorted(groups.items()):
+        run_dir = runs_root / re.sub(r"[^A-Za-z0-9_.-]+", "_", f"harbor-{job_dir.name}-{key}")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        seen: dict[str, int] = {}
+        records = []
+        for trial_dir, data in sorted(members, key=lambda m: str(m[1].get("started_at"))):
+            task = str(data["task_name"])
+            sample = seen[task] = seen.get(task, -1) + 1
+            fields = _trial_record(data, trial_dir / "verifier", run_dir.name, sample, tasks)
+            records.append(EpisodeRecord.model_validate(fields))
+        (run_dir / RECORDS).write_text(
+            "".join(r.model_dump_json() + "\n" for r in records), encoding="utf-8"
+        )
+        snippets = sorted({r.snippet_id for r in records})
+        write_json_atomic(
+            run_dir / RUN_FILE,
+            {
+                "schema_version": "rcb-env/run/1",
+                "run_id": run_dir.name,
+                "harbor": {"job": str(job_dir), "agent": key},
+                "config": {"agent": f"harbor:{key}", "samples": max(seen.values()) + 1},
+                "tasks": snippets,
+            },
+        )
+        infra = sum(1 for r in records if r.status == "infra_error")
+        runs.append(HarborRun(run_dir=run_dir, agent=key, trials=len(records), infra_errors=infra))
+    return runs

@@ -47,6 +47,7 @@ from rcb_env.integrations.serve.remote import RemoteSession
 from rcb_env.logs import get_logger
 from rcb_env.rl import shared
 from rcb_env.sandbox import SandboxConfig
+from rcb_env.task.difficulty import DifficultyTable
 from rcb_env.tools.actions import ToolSpec, tool_specs
 
 log = get_logger(__name__)
@@ -279,11 +280,22 @@ def remote_environment_factory(
     return functools.partial(RemoteRcbEnvironment, url, timeout_s=timeout_s)
 
 
-def dataset_rows(pset: str | None = None, *, system: str | None = None) -> list[dict[str, Any]]:
+def dataset_rows(
+    pset: str | None = None,
+    *,
+    system: str | None = None,
+    difficulty: DifficultyTable | None = None,
+) -> list[dict[str, Any]]:
     """One training row per snippet: a conversational ``prompt`` and the ``task_id`` that
     ``reset`` starts (the task statement is appended to the prompt by TRL). The system prompt
     is the tool-calling agents' own, from the snippet's statement
-    (:func:`rcb_env.agent.tools_system_prompt`), unless ``system`` is given."""
+    (:func:`rcb_env.agent.tools_system_prompt`), unless ``system`` is given.
+
+    Each row also carries what a curriculum orders or filters by: ``weight`` (the line weight,
+    the reward on a pass) and ``depth`` (nesting), and with ``difficulty``
+    (:func:`rcb_env.task.difficulty.difficulty_table`) ``solve_rate``, the published solve rate
+    (0 to 1; None when unknown), e.g. ``sorted(rows, key=lambda r: -r["solve_rate"])`` for
+    the easiest first."""
     from rcb_env.agent import tools_system_prompt
     from rcb_env.task.source import source_for
 
@@ -293,13 +305,17 @@ def dataset_rows(pset: str | None = None, *, system: str | None = None) -> list[
         source = source_for(paper)
         for s in paper.snippets:
             statement = source.statement(paper, s).model_dump(mode="json")
-            rows.append(
-                {
-                    "prompt": [
-                        {"role": "system", "content": system or tools_system_prompt(statement)},
-                        {"role": "user", "content": f"Task {s.id}:\n"},
-                    ],
-                    "task_id": s.id,
-                }
-            )
+            row: dict[str, Any] = {
+                "prompt": [
+                    {"role": "system", "content": system or tools_system_prompt(statement)},
+                    {"role": "user", "content": f"Task {s.id}:\n"},
+                ],
+                "task_id": s.id,
+                "weight": s.weight,
+                "depth": s.depth,
+            }
+            if difficulty is not None:
+                known = difficulty.get(s.id)
+                row["solve_rate"] = None if known is None else known.solve_rate()
+            rows.append(row)
     return rows

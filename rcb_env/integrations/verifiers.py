@@ -31,6 +31,7 @@ from typing import Any, Literal
 import verifiers.v1 as vf
 from verifiers.v1.mcp import SharedToolServer
 
+from rcb_env import config as rcb_config
 from rcb_env.episode.config import BudgetConfig, EnvConfig, EpisodeConfig
 from rcb_env.grading.grader import DEFAULT_TIMEOUT_S, GradingConfig
 from rcb_env.integrations.bridge import EpisodeBridge
@@ -38,6 +39,7 @@ from rcb_env.integrations.mcp_server import HttpEndpoint
 from rcb_env.integrations.pull import load_tasks
 from rcb_env.results.records import RECORDS, EpisodeRecord, RecordLog
 from rcb_env.sandbox import SandboxConfig
+from rcb_env.task.difficulty import difficulty_table, read_published
 from rcb_env.tools.toolbox import Feedback
 
 #: The name of the tool server the harness sees (its tools may be prefixed with it).
@@ -56,6 +58,9 @@ class RcbTasksetConfig(vf.TasksetConfig):
     """Only these snippet ids (``<paper>/<snippet>``); empty: every runnable snippet."""
     records: str | None = None
     """A folder to append rcb-env's episode records to (``episodes.jsonl``), as ``eval`` does."""
+    published: str | None = None
+    """The paper's results file (``overall_stats.json``): each task's ``solve_rate`` for
+    curricula (default: ``$RCB_PUBLISHED_RESULTS``; none: ``solve_rate`` is None)."""
     episode: EpisodeConfig | None = None
     """Each episode's settings, sandbox, grading and budgets (``--env.taskset.episode.*``);
     default: the paper's outline in the first observation, the task interpreter for the
@@ -84,8 +89,6 @@ class RcbTasksetConfig(vf.TasksetConfig):
         Raises:
             TypeError: ``episode`` and a deprecated field both given.
         """
-        from rcb_env import config as rcb_config
-
         python = Path(self.task_python) if self.task_python else rcb_config.task_python()
         default = EpisodeConfig(
             env=EnvConfig(paper_in_prompt="outline"),
@@ -118,6 +121,11 @@ class RcbTaskData(vf.TaskData):
     """``<paper>/<snippet>``."""
     weight: int
     """The snippet's line weight (the reward on a pass)."""
+    depth: int = 0
+    """Its nesting depth (0: top level)."""
+    solve_rate: float | None = None
+    """Its solve rate among the paper's published models (0 to 1), when the results file is
+    given (:mod:`rcb_env.task.difficulty`): what a curriculum sorts or filters by."""
 
 
 class RcbTask(vf.Task[RcbTaskData, vf.State, vf.TaskConfig]):
@@ -137,7 +145,10 @@ class RcbTaskset(vf.Taskset[RcbTask, RcbTasksetConfig]):
 
         pset, _totals = runnable(load_tasks(self.config.pset))
         wanted = set(self.config.snippets)
+        stats = self.config.published or rcb_config.settings().published_results
+        table = difficulty_table(pset, published=read_published(Path(stats))[0] if stats else ())
         for snippet in pset.snippets:
+            known = table.get(snippet.id)
             if wanted and snippet.id not in wanted:
                 continue
             yield RcbTask(
@@ -146,6 +157,8 @@ class RcbTaskset(vf.Taskset[RcbTask, RcbTasksetConfig]):
                     name=snippet.id,
                     task_id=snippet.id,
                     weight=snippet.weight,
+                    depth=snippet.depth,
+                    solve_rate=None if known is None else known.solve_rate(),
                     # replaced by the episode's own statement when the rollout starts
                     prompt=f"Implement the masked block {snippet.name!r} of {snippet.file}.",
                 ),

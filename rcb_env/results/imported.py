@@ -20,6 +20,7 @@ from rcb_env.episode.outcome import EpisodeStatus, StopReason
 from rcb_env.errors import ConfigError
 from rcb_env.results.records import RECORDS, RUN_FILE, EpisodeRecord, RecordLog, write_json_atomic
 from rcb_env.results.summary import Summary, Totals, summarize_run
+from rcb_env.task.difficulty import published_samples
 from rcb_env.task.models import Pset
 
 IMPORTED = StopReason.IMPORTED.value
@@ -60,23 +61,11 @@ def import_results(
     Raises:
         ConfigError: the file is not a results file of this shape, or names unknown snippets.
     """
-    try:
-        data = json.loads(stats_file.read_text())
-        results: dict[str, Any] = data["results"]
-        overall: dict[str, Any] = data.get("overall_scores", {})
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{stats_file}: not a ResearchCodeBench results file ({exc})") from None
-    known = {s.id: s for s in pset.snippets} if pset is not None else {}
     per_model: dict[str, list[dict[str, Any]]] = {}
-    for paper_id, paper in results.items():
-        for model, entry in paper.get("results", {}).items():
-            for name, samples in entry.get("results", {}).items():
-                for sample in samples:
-                    per_model.setdefault(model, []).append(
-                        {"paper": paper_id, "snippet": name, **sample}
-                    )
-    if not per_model:
-        raise ConfigError(f"{stats_file}: no per-snippet results")
+    for row in published_samples(stats_file):
+        per_model.setdefault(row["model"], []).append(row)
+    overall: dict[str, Any] = json.loads(stats_file.read_text()).get("overall_scores", {})
+    known = {s.id: s for s in pset.snippets} if pset is not None else {}
     imported = []
     source_hash = hashlib.sha256(stats_file.read_bytes()).hexdigest()[:16]
     for model, rows in sorted(per_model.items()):

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 from rcb_env.episode.outcome import EpisodeOutcome, EpisodeStatus, StepRecord, StopReason
-from rcb_env.errors import InfraError
+from rcb_env.errors import ConfigError, InfraError
 from rcb_env.grading.models import GradeResult
 from rcb_env.results.rollout import TRAJECTORY_SCHEMAS, Rollout, record_of_trajectory
 
@@ -166,6 +166,24 @@ def read_records(path: Path) -> list[EpisodeRecord]:
     """Every whole, valid record of a JSONL file (a torn or foreign line is skipped): an
     evaluation's ``episodes.jsonl`` or an RL run's ``trajectories.jsonl``."""
     return read_jsonl(path, EpisodeRecord)
+
+
+def scored_outcomes(run_dir: Path) -> list[tuple[str, str, bool]]:
+    """A run folder's scored final episodes as ``(run, snippet id, passed)``: what a solve rate
+    over runs is computed from (:func:`rcb_env.task.difficulty.solve_rates`); infrastructure
+    failures are left out.
+
+    Raises:
+        ConfigError: the folder holds no episode records.
+    """
+    path = run_dir / RECORDS
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} is not a run folder (no {RECORDS})")
+    return [
+        (str(run_dir), r.snippet_id, bool(r.passed))
+        for r in final_records(read_records(path)).values()
+        if r.status != EpisodeStatus.INFRA_ERROR and r.passed is not None
+    ]
 
 
 def final_records(records: list[EpisodeRecord]) -> dict[tuple[str, int], EpisodeRecord]:

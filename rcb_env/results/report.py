@@ -28,6 +28,7 @@ from rcb_env.results.inference import Bootstrap, Estimate, SnippetScore, compare
 from rcb_env.results.inference import scores as snippet_scores
 from rcb_env.results.records import RECORDS, RUN_FILE, EpisodeRecord, final_records, read_records
 from rcb_env.results.summary import Rates, Summary, summarize, summarize_run
+from rcb_env.task.difficulty import solve_rates
 from rcb_env.task.selection import Subset
 
 SCHEMA = "rcb-env/report/1"
@@ -108,25 +109,22 @@ def _ranking(runs: list[dict[str, Any]], scored: list[dict[str, SnippetScore]],
 
 def _items(snippets: list[dict[str, Any]], cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per snippet, its solve rate over every run that scored it (each run's pass@1 on it,
-    averaged over the runs): the hardest last."""
-    per: dict[str, dict[int, list[int]]] = {}
-    for c in cells:
-        if c["outcome"] == "infra":
-            continue
-        acc = per.setdefault(c["snippet"], {}).setdefault(c["run"], [0, 0])
-        acc[0] += c["outcome"] == "passed"
-        acc[1] += 1
+    averaged over the runs: :func:`rcb_env.task.difficulty.solve_rates`), with its size and
+    nesting depth: the hardest last."""
+    rates = solve_rates(
+        (str(c["run"]), c["snippet"], c["outcome"] == "passed")
+        for c in cells
+        if c["outcome"] != "infra"
+    )
     items = []
     for s in snippets:
-        rates = [passed / n for passed, n in per.get(s["id"], {}).values()]
-        if not rates:
+        r = rates.get(s["id"])
+        if r is None:
             continue
-        solve = statistics.fmean(rates)
         items.append(
-            {"snippet": s["id"], "paper": s["paper"], "weight": s["weight"],
-             "solve_rate": round(100 * solve, 4), "runs": len(rates),
-             "solved_by": sum(1 for x in rates if x > 0),
-             "kind": "nobody" if solve == 0 else "everybody" if solve == 1 else "separates"}
+            {"snippet": s["id"], "paper": s["paper"], "weight": s["weight"], "depth": s["depth"],
+             "solve_rate": round(100 * r.rate, 4), "runs": r.sources, "solved_by": r.solved_by,
+             "kind": "nobody" if r.rate == 0 else "everybody" if r.rate == 1 else "separates"}
         )  # fmt: skip
     return sorted(items, key=lambda x: (-x["solve_rate"], x["snippet"]))
 

@@ -4,7 +4,8 @@ With L_s the weight and p_s the pass flag of snippet s, over all selected snippe
 scaled = 100 * sum(L_s p_s) / sum(L_s) (micro-average; the headline), plain = 100 * sum(p_s) / n.
 Per paper: the same formulas on its snippets. With several samples: both per sample index, then
 mean and population standard deviation over sample indexes. Infrastructure failures are excluded
-from numerator and denominator, and counted.
+from numerator and denominator, and counted. The two formulas are written once, in
+:mod:`rcb_env.guest.rates`, which an exported Harbor dataset also runs as its metric.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from rcb_env.errors import ConfigError
+from rcb_env.guest.rates import pass_rates
 from rcb_env.results.records import RECORDS, RUN_FILE, EpisodeRecord, final_records, read_records
 from rcb_env.task.selection import Subset
 
@@ -136,13 +138,12 @@ def _rates(by_sample: dict[int, list[EpisodeRecord]]) -> Rates | None:
         if not scored:
             continue
         first = first or scored
-        total = sum(r.weight for r in scored)
-        good_w = sum(r.weight for r in scored if r.passed)
-        good = sum(1 for r in scored if r.passed)
-        scaled.append(100.0 * good_w / total if total else 0.0)
-        plain.append(100.0 * good / len(scored))
-        passed.append(good)
-        passed_w.append(good_w)
+        rates = pass_rates((r.weight, bool(r.passed)) for r in scored)
+        assert rates is not None  # scored is not empty
+        scaled.append(rates[0])
+        plain.append(rates[1])
+        passed.append(sum(1 for r in scored if r.passed))
+        passed_w.append(sum(r.weight for r in scored if r.passed))
     if not scaled:
         return None
     return _aggregate(scaled, plain, passed, passed_w, len(first), sum(r.weight for r in first))

@@ -1,14 +1,24 @@
-"""Choosing which tasks to run (e.g. by a model's knowledge cut-off)."""
+"""Choosing which tasks to run (e.g. by a model's knowledge cut-off, a named subset, or the
+snippets' difficulty)."""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
+from importlib.metadata import version
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from rcb_env import config
 from rcb_env.errors import ConfigError
 from rcb_env.frozen import Frozen
+from rcb_env.task.difficulty import (
+    HARD_FRACTION,
+    difficulty_table,
+    parse_range,
+    read_published,
+)
 from rcb_env.task.models import DateField, Pset, PsetPart
 
 
@@ -102,9 +112,11 @@ class SubsetEntry(Frozen):
     id: str
     """``<paper>/<snippet>``."""
     score: float
-    """Its mutation score when the subset was made."""
-    killed: int
-    survived: int
+    """What put it in, when the subset was made: its mutation score (``verified``) or its
+    published solve rate (``hard``, ``solve-rate:LO:HI``)."""
+    killed: int = 0
+    """Mutants its tests killed (``verified``)."""
+    survived: int = 0
 
 
 class Subset(Frozen):
@@ -131,12 +143,72 @@ def subset_names() -> list[str]:
     return sorted(p.stem for p in _SUBSETS.glob("*.json"))
 
 
-def load_subset(name: str) -> Subset:
-    """A shipped subset by name (``verified``), or a subset file by path.
+#: The subsets chosen by difficulty, from the paper's published results.
+HARD = "hard"
+SOLVE_RATE = "solve-rate:"
+
+
+def difficulty_subset(name: str, stats_file: Path) -> Subset:
+    """``hard`` (the hardest tenth of the snippets by their published solve rate, rounded up;
+    :meth:`~rcb_env.task.difficulty.DifficultyTable.hardest`) or ``solve-rate:LO:HI`` (the
+    snippets whose published solve rate is in [LO, HI], fractions), from the results file.
 
     Raises:
-        ConfigError: no such subset, or the file is not one.
+        ConfigError: another name, a bad range, or a file that is not a results file.
     """
+    outcomes, weights = read_published(stats_file)
+    table = difficulty_table(None, published=outcomes, weights=weights)
+    if name == HARD:
+        ids = table.hardest(HARD_FRACTION)
+        criteria = (
+            f"the hardest {HARD_FRACTION:.0%} of the snippets (rounded up) by their solve rate "
+            "among the published models; at a tie on the boundary the larger snippet, then the id"
+        )
+        rated = {d.snippet_id: d.solve_rate() or 0.0 for d in table.snippets}
+        threshold = max((rated[i] for i in ids), default=0.0)
+    elif name.startswith(SOLVE_RATE):
+        low, threshold = parse_range(name.removeprefix(SOLVE_RATE))
+        ids = table.within(low, threshold)
+        criteria = f"published solve rate in [{low}, {threshold}]"
+    else:
+        raise ConfigError(f"{name!r} is not a difficulty subset (hard, solve-rate:LO:HI)")
+    rates = {d.snippet_id: d.solve_rate() or 0.0 for d in table.snippets}
+    return make_subset(
+        name, f"{criteria} ({stats_file.name})", {i: rates[i] for i in ids}, threshold
+    )
+
+
+def make_subset(name: str, criteria: str, scores: dict[str, float], threshold: float) -> Subset:
+    """A subset of the snippets ``scores`` names (each with the score that put it in)."""
+    return Subset(
+        name=name,
+        rcb_env_version=version("rcb-env"),
+        criteria=criteria,
+        threshold=threshold,
+        seed=0,
+        cap=None,
+        snippets=tuple(SubsetEntry(id=i, score=v) for i, v in scores.items()),
+    )
+
+
+def load_subset(name: str, published: Path | None = None) -> Subset:
+    """A shipped subset by name (``verified``), a subset file by path, or a difficulty subset
+    (``hard``, ``solve-rate:LO:HI``: :func:`difficulty_subset`) from the results file
+    ``published`` (default: ``$RCB_PUBLISHED_RESULTS``).
+
+    Raises:
+        ConfigError: no such subset, the file is not one, or a difficulty subset without the
+            results file.
+    """
+    if name == HARD or name.startswith(SOLVE_RATE):
+        stats = published or config.settings().published_results
+        if stats is None:
+            raise ConfigError(
+                f"the subset {name!r} is chosen by the published solve rates: give the paper's "
+                "results file (overall_stats.json) with --published FILE or "
+                "RCB_PUBLISHED_RESULTS=FILE"
+            )
+        return difficulty_subset(name, stats)
     path = Path(name)
     if not path.is_file():
         path = _SUBSETS / f"{name}.json"
@@ -151,7 +223,13 @@ def load_subset(name: str) -> Subset:
 
 def select_subset(pset: Pset, subset: Subset) -> Pset:
     """Only the snippets of ``subset``; papers left without one drop out."""
-    ids = subset.ids
+    return select_ids(pset, subset.ids)
+
+
+def select_ids(pset: Pset, ids: Iterable[str]) -> Pset:
+    """Only the snippets ``ids`` (``<paper>/<snippet>``; unknown ones are ignored); papers
+    left without one drop out."""
+    ids = frozenset(ids)
     papers = []
     for p in pset.papers:
         kept = tuple(s for s in p.snippets if s.id in ids)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -16,14 +17,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from rcb_env import config
+from rcb_env import config, guest
 from rcb_env.cli import cli
 from rcb_env.errors import ConfigError
 from rcb_env.execution import ExecResult
 from rcb_env.grading import GradingConfig
 from rcb_env.grading.verdict import classify
 from rcb_env.guest import harbor_verify as verify
-from rcb_env.integrations.harbor import export_harbor, harbor_python, task_name
+from rcb_env.guest.rates import harbor_metric
+from rcb_env.integrations.harbor import export_harbor, harbor_python, import_harbor_job, task_name
+from rcb_env.results.summary import summarize_run
 from rcb_env.rl.atif import export_atif
 from rcb_env.rl.export import TrajectoryLog
 from rcb_env.rl.trajectory import ModelTurn, Trajectory, TrajectoryStep
@@ -32,7 +35,7 @@ from rcb_env.sandbox import SandboxConfig
 from rcb_env.sandbox.backends.docker import images as img
 from rcb_env.task import bundled_root, load
 from rcb_env.task.regions import extract_span
-from tests.conftest import DOCKER_BASE, NUMPY_PAPERS
+from tests.conftest import DOCKER_BASE
 
 HERE = Path(__file__).resolve().parents[1]  # tests/
 
@@ -61,10 +64,12 @@ def _in_harbor(python: Path, code: str, *args: str) -> Any:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-def _export(dest: Path, papers: set[str] | None = None) -> Any:
+def _export(dest: Path, papers: set[str] | None = None, **kw: Any) -> Any:
     pset = load(bundled_root(), papers=papers)
     cfg = img.ImageConfig(base=DOCKER_BASE)
-    return export_harbor(pset, dest, image_for=lambda p: img.image_tag(p, cfg), name="bundled")
+    return export_harbor(
+        pset, dest, image_for=lambda p: img.image_tag(p, cfg), name="bundled", **kw
+    )
 
 
 def test_every_exported_task_loads_in_harbor_and_hides_the_answer(
@@ -87,17 +92,30 @@ def test_every_exported_task_loads_in_harbor_and_hides_the_answer(
             t = Task(root / entry.path)
             out[t.name] = {"weight": t.config.metadata["weight"],
                            "workdir": t.config.environment.workdir,
+                           "agent_network": t.config.agent.network_mode.value,
                            "test": str(t.paths.discovered_test_path),
                            "solve": str(t.paths.discovered_solve_path)}
-        print(json.dumps(out))
+        metrics = [m.model_dump(mode="json") for m in reg.datasets[0].metrics]
+        print(json.dumps({"tasks": out, "metrics": metrics}))
         """,
         str(tmp_path / "ds"),
     )
+    # the dataset's metric is the shipped rates script, run by Harbor with uv
+    assert loaded["metrics"] == [{"type": "uv-script", "kwargs": {"script_path": "metric.py"}}]
+    assert (tmp_path / "ds" / "metric.py").read_text() == guest.text("rates")
+    job = json.loads((tmp_path / "ds" / "job.json").read_text())
+    where = (tmp_path / "ds").resolve()
+    assert job == {
+        "datasets": [{"path": str(where)}],
+        "metrics": [{"type": "uv-script", "kwargs": {"script_path": str(where / "metric.py")}}],
+    }
+    loaded = loaded["tasks"]
     assert sorted(loaded) == sorted(report.tasks)
     for s in snippets:
         entry = loaded[task_name(s)]
         assert entry["weight"] == s.weight
         assert entry["workdir"] == "/workspace"
+        assert entry["agent_network"] == "no-network"
         assert entry["test"].endswith("tests/test.sh")
         assert entry["solve"].endswith("solution/solve.sh")
     # what the agent's image is built from: the masked repository only
@@ -121,6 +139,14 @@ def test_export_harbor_cli_and_bad_destination(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     registry = json.loads((tmp_path / "ds" / "registry.json").read_text())
     assert registry[0]["name"] == "mine"
+    first = tmp_path / "ds" / registry[0]["tasks"][0]["path"] / "task.toml"
+    assert 'network_mode = "no-network"' in first.read_text()
+    public = runner.invoke(
+        cli, ["export", "harbor", "-o", str(tmp_path / "pub"), "--agent-network", "public"]
+    )
+    assert public.exit_code == 0, public.output
+    first = tmp_path / "pub" / registry[0]["tasks"][0]["path"] / "task.toml"
+    assert 'network_mode = "public"' in first.read_text()
     assert len(registry[0]["tasks"]) == len(
         [s for p in load(bundled_root()).papers for s in p.snippets]
     )
@@ -176,14 +202,18 @@ def test_the_verifier_reads_bodies_and_reports_as_rcb_env_does() -> None:
         assert [(t[0], t[1]) for t in theirs[3]] == [(t.name, t.status.value) for t in ours.tests]
 
 
-def _verified(out: str) -> tuple[str, str, dict[str, Any]]:
+def _verified(out: str) -> tuple[str, dict[str, Any] | None, dict[str, Any]]:
     """(exit status line, reward file, details) from the output of ``_SHOW``."""
     lines = out.split("\n")
     i = next(n for n, line in enumerate(lines) if line.startswith("rc="))
-    return lines[i], lines[i + 1].strip(), json.loads("\n".join(lines[i + 2 :]))
+    reward = lines[i + 1].strip()
+    return lines[i], json.loads(reward) if reward else None, json.loads("\n".join(lines[i + 2 :]))
 
 
-_SHOW = "echo rc=$?; cat /logs/verifier/reward.txt; cat /logs/verifier/details.json"
+_SHOW = (
+    "echo rc=$?; cat /logs/verifier/reward.json 2>/dev/null; echo; "
+    "cat /logs/verifier/reward-details.json"
+)
 
 
 def _docker_run(image: str, *mounts: str, script: str) -> subprocess.CompletedProcess[str]:
@@ -229,12 +259,13 @@ def test_test_sh_grades_the_edited_file_in_the_paper_image(
         assert status == "rc=0", solved.stdout + solved.stderr
         assert details["outcome"] == "passed"
         assert details["reward"] == snippet.weight
-        assert reward == str(snippet.weight)
+        assert reward == {"reward": snippet.weight, "weight": snippet.weight, "passed": 1}
         assert details["tests"]
         assert all(t["status"] == "passed" for t in details["tests"])
         untouched = _docker_run(image, tests, script=f"bash /tests/test.sh; {_SHOW}")
         status, reward, details = _verified(untouched.stdout)
-        assert (status, reward, details["outcome"], details["reward"]) == ("rc=0", "0", "failed", 0)
+        assert (status, details["outcome"], details["reward"]) == ("rc=0", "failed", 0)
+        assert reward == {"reward": 0, "weight": snippet.weight, "passed": 0}
         assert any(t["status"] in ("failed", "error") for t in details["tests"])
         # before verification, the agent's container has no tests and no reference copy
         seen = _docker_run(image, script="ls /tests 2>&1; find / -name '*_ref.py' 2>/dev/null")
@@ -244,33 +275,211 @@ def test_test_sh_grades_the_edited_file_in_the_paper_image(
         subprocess.run(["docker", "rmi", "-f", image], capture_output=True, check=False)
 
 
+def test_the_metric_gives_the_papers_rates_and_counts_missing_rewards() -> None:
+    """The dataset's metric (Harbor hands it each trial's reward, None for none): the
+    line-weighted and plain rates over the scored trials; a missing reward is counted, never 0."""
+    rewards: list[dict[str, Any] | None] = [
+        {"reward": 11, "weight": 11, "passed": 1},
+        {"reward": 0, "weight": 7, "passed": 0},
+        None,
+        {"reward": 2, "weight": 2, "passed": 1},
+    ]
+    got = harbor_metric(rewards)
+    assert got["scaled"] == pytest.approx(100 * 13 / 20)
+    assert got["plain"] == pytest.approx(100 * 2 / 3)
+    assert (got["scored"], got["passed"], got["weight"], got["infra_errors"]) == (3, 2, 20, 1)
+    assert "infra_errors" not in harbor_metric(rewards[:2])  # no column of zeros
+    assert harbor_metric([None]) == {  # nothing scored: no rate at all, not 0
+        "scored": 0,
+        "passed": 0,
+        "weight": 0,
+        "passed_weight": 0,
+        "infra_errors": 1,
+    }
+    with pytest.raises(ValueError, match="rcb-env export"):
+        harbor_metric([{"reward": 1.0}])  # another dataset's reward
+
+
+def _trial(job: Path, name: str, rewards: dict[str, int] | None, details: dict[str, Any]) -> None:
+    """A trial folder as Harbor 0.26 writes it (the fields rcb-env reads)."""
+    (job / name / "verifier").mkdir(parents=True)
+    (job / name / "verifier" / "reward-details.json").write_text(json.dumps(details))
+    result = {
+        "task_name": name.rsplit("__", 1)[0],
+        "trial_name": name,
+        "agent_info": {"name": "oracle", "model_info": None},
+        "verifier_result": None if rewards is None else {"rewards": rewards},
+        "reward_valid": rewards is not None,
+        "exception_info": None if rewards else {"exception_type": "RewardFileNotFoundError"},
+        "started_at": "2026-01-01T00:00:00Z",
+        "finished_at": "2026-01-01T00:00:09Z",
+        "config": {"task": {"path": name.rsplit("__", 1)[0]}},
+    }
+    (job / name / "result.json").write_text(json.dumps(result))
+
+
+def test_import_results_reads_a_harbor_job_as_runs(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    _trial(
+        job,
+        "p__a__x1",
+        {"reward": 5, "weight": 5, "passed": 1},
+        {"snippet_id": "p/a", "weight": 5, "outcome": "passed"},
+    )
+    _trial(
+        job,
+        "p__b__x2",
+        {"reward": 0, "weight": 3, "passed": 0},
+        {"snippet_id": "p/b", "weight": 3, "outcome": "failed"},
+    )
+    _trial(
+        job,
+        "q__c__x3",
+        None,
+        {
+            "snippet_id": "q/c",
+            "weight": 4,
+            "outcome": "infra_error",
+            "kind": "missing_dependency",
+            "detail": "import failed: z",
+        },
+    )
+    (job / "result.json").write_text("{}")  # the job's own, not a trial
+    res = CliRunner().invoke(
+        cli, ["import-results", str(job), "--runs-dir", str(tmp_path / "runs")]
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    (run,) = (tmp_path / "runs").iterdir()
+    summary = summarize_run(run)
+    assert summary.overall is not None
+    assert summary.overall.scaled == pytest.approx(100 * 5 / 8)
+    assert summary.overall.plain == pytest.approx(50.0)
+    assert summary.infra_by_cause == {"grading: missing_dependency": 1}
+    again = CliRunner().invoke(cli, ["import-results", str(tmp_path / "runs")])
+    assert isinstance(again.exception, ConfigError)  # no trial results there
+
+
+#: The four tasks the Harbor runs use: different line weights, two papers.
+_PICKED = {
+    "adamw-warmup": ("adamw step", "bias correction"),
+    "scaled-attention": ("attend", "softmax"),
+}
+
+
+def _harbor_job(
+    tasks: Path, label: str, agent: str, names: list[str], *, registry: bool = True
+) -> Any:
+    """``harbor run`` on ``names`` of the export in ``tasks`` so that the dataset's metric is
+    used: through its registry, started in that folder, or (``registry=False``) as the folder
+    (``-p``) with the export's job configuration (``-c job.json``), started elsewhere. Its jobs
+    go to ``j-<label>`` beside ``tasks``. The process (not waited for)."""
+    harbor, jobs = harbor_python(), tasks.parent / f"j-{label}"
+    assert harbor is not None
+    args = [str(harbor.parent / "harbor"), "run"]
+    if registry:
+        args += ["--registry-path", "registry.json", "-d", "bundled"]
+    else:
+        args += ["-p", str(tasks), "-c", str(tasks / "job.json")]
+    args += ["-a", agent, "-e", "harbor_plain_docker:PlainDocker", "-n", "2"]
+    for n in names:
+        args += ["-i", n]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(HERE),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "COLUMNS": "200",  # Harbor's results table, not cut to 80 columns
+        # Harbor runs a dataset's metric.py with `uv run`: the one beside rcb-env's interpreter
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+    }
+    return subprocess.Popen(
+        [*args, "-o", str(jobs), "-y"],
+        cwd=tasks if registry else jobs.parent,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 @pytest.mark.docker
 @pytest.mark.slow
-def test_harbor_run_with_its_oracle_agent_passes(
+def test_harbors_own_metric_equals_rcb_env_summary_of_the_same_trials(
     tmp_path: Path, docker_images: str, harbor: Path
 ) -> None:
-    """``harbor run -a oracle`` (Harbor's job, trial, oracle agent and verifier) on the exported
-    bundled numpy papers, on the local engine through a plain-docker environment of ours (Harbor's
-    own ``docker`` environment needs the Docker Compose v2 plugin)."""
-    pset = load(bundled_root(), papers=set(NUMPY_PAPERS))
-    _export(tmp_path / "ds", set(NUMPY_PAPERS))
-    picked = [p.snippets[0] for p in pset.papers]
-    args = [str(harbor.parent / "harbor"), "run", "-p", str(tmp_path / "ds"), "-a", "oracle"]
-    for s in picked:
-        args += ["-i", task_name(s)]
-    args += ["-e", "harbor_plain_docker:PlainDocker", "-n", "2", "-o", str(tmp_path / "jobs")]
-    env = {**os.environ, "PYTHONPATH": str(HERE), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    """``harbor run`` (Harbor's job, trials, agents, verifier and metric machinery) on exported
+    tasks: the oracle; Harbor's ``nop`` agent, which leaves every TODO (all fail), run with
+    ``-p DIR -c DIR/job.json`` from elsewhere; and the oracle on a mix: two passes, one failure
+    (its solution left out) and one infrastructure failure, injected by making the hidden test
+    file import a module the image lacks (the verifier's verdict is ``missing_dependency``, it
+    writes no reward, Harbor records a verifier error). The other two go through the registry
+    in the export's folder. Each time, the metric Harbor prints and stores equals ``rcb-env
+    summary`` of the same trials (imported from the job folder), and the infrastructure
+    failure is counted by both, never scored 0. The agent phase ran with the network off."""
+    pset = load(bundled_root(), papers=set(_PICKED))
+    snippets = {s.name: s for p in pset.papers for s in p.snippets if s.name in _PICKED[p.id]}
+    names = {k: task_name(s) for k, s in snippets.items()}
+    clean, mixed = tmp_path / "clean", tmp_path / "mixed"
+    _export(clean, set(_PICKED))
+    _export(mixed, set(_PICKED))
+    failing, broken = mixed / names["attend"], mixed / names["softmax"]
+    (failing / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue  # the TODO stays\n")
+    hidden = broken / "tests" / "paper" / pset.paper("scaled-attention").test_file
+    hidden.write_text("import rcb_env_injected_missing_module\n" + hidden.read_text())
+
     t0 = time.monotonic()
-    run = subprocess.run(
-        [*args, "-y", "-q"], capture_output=True, text=True, env=env, timeout=900, check=False
-    )
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    results = {}
-    for trial in (tmp_path / "jobs").glob("*/*/result.json"):
-        data = json.loads(trial.read_text())
-        results[data["task_name"]] = (data.get("verifier_result") or {}).get("rewards")
-    assert results == {task_name(s): {"reward": float(s.weight)} for s in picked}, results
-    assert time.monotonic() - t0 < 900
+    jobs = {
+        "oracle": _harbor_job(clean, "oracle", "oracle", [names["adamw step"], names["attend"]]),
+        "nop": _harbor_job(clean, "nop", "nop", [names["bias correction"], names["attend"]],
+                           registry=False),
+        "mix": _harbor_job(mixed, "mix", "oracle", list(names.values())),
+    }  # fmt: skip
+    printed = {}
+    for label, proc in jobs.items():
+        printed[label], _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, printed[label][-3000:]
+    elapsed = time.monotonic() - t0
+
+    w = {k: s.weight for k, s in snippets.items()}
+    expected = {  # (scaled, plain, scored, infra) by the paper's formulas
+        "oracle": (100.0, 100.0, 2, 0),
+        "nop": (0.0, 0.0, 2, 0),
+        "mix": (
+            100 * (w["adamw step"] + w["bias correction"])
+            / (w["adamw step"] + w["bias correction"] + w["attend"]),
+            100 * 2 / 3, 3, 1,
+        ),
+    }  # fmt: skip
+    for label in jobs:
+        (job,) = (tmp_path / f"j-{label}").iterdir()
+        (stats,) = json.loads((job / "result.json").read_text())["stats"]["evals"].values()
+        (metric,) = stats["metrics"]  # the dataset's metric.py, and only it
+        tasks = mixed if label == "mix" else clean
+        (run,) = import_harbor_job(job, tmp_path / "runs", tasks=tasks)
+        summary = summarize_run(run.run_dir)
+        assert summary.overall is not None
+        ours = (summary.overall.scaled, summary.overall.plain, summary.overall.snippets,
+                summary.infra_errors)  # fmt: skip
+        theirs = (metric["scaled"], metric["plain"], metric["scored"], stats["n_errors"])
+        assert ours == pytest.approx(theirs), (label, ours, theirs)
+        assert ours == pytest.approx(expected[label]), (label, ours)
+        # what Harbor prints: its results table with the dataset's metric
+        assert f"{metric['scaled']:.3f}" in printed[label]
+        assert "Scaled" in printed[label]
+        # Harbor switched the network off for each agent phase (and back for verification)
+        for trial in job.glob("*/result.json"):
+            log = (trial.parent / "network-policies.log").read_text().split()
+            assert log == ["no-network", "public"], log
+    mix_job = next((tmp_path / "j-mix").iterdir())
+    infra = [
+        json.loads((t.parent / "verifier" / "reward-details.json").read_text())
+        for t in mix_job.glob("*/result.json")
+        if not json.loads(t.read_text())["reward_valid"]
+    ]
+    assert [(d["outcome"], d["kind"], d["reward"]) for d in infra] == [
+        ("infra_error", "missing_dependency", None)
+    ]
+    assert all(d["tests"] for d in infra)  # the per-test verdicts the verifier saw
+    assert elapsed < 300
 
 
 def _rl_run(run_dir: Path) -> Trajectory:

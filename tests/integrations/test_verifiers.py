@@ -6,6 +6,7 @@ harness works the episode through rcb-env's MCP server."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -104,14 +105,29 @@ def test_verifiers_eval_path_scores_the_oracle_to_the_weight_and_the_null_to_zer
         "run_tests", "read_paper", "submit"))  # fmt: skip
 
 
-def test_the_taskset_yields_every_runnable_snippet_keyed_by_id() -> None:
+def test_the_taskset_yields_every_runnable_snippet_keyed_by_id(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from rcb_env.integrations.verifiers import RcbTaskset, RcbTasksetConfig
 
+    monkeypatch.delenv("RCB_PUBLISHED_RESULTS", raising=False)
     tasks = list(RcbTaskset(RcbTasksetConfig(id="rcb_verifiers")))
     snippets = load(bundled_root()).snippets
     assert [t.key for t in tasks] == [s.id for s in snippets]
     assert [t.data.weight for t in tasks] == [s.weight for s in snippets]
+    assert [t.data.depth for t in tasks] == [s.depth for s in snippets]
     assert [t.data.idx for t in tasks] == list(range(len(snippets)))
+    assert {t.data.solve_rate for t in tasks} == {None}
+    # with the paper's results file: each task's published solve rate, for curricula
+    first = snippets[0]
+    paper, name = first.id.split("/", 1)
+    samples = [{"passed": p, "snippet_code_line_count": first.weight} for p in (True, False)]
+    stats = tmp_path / "overall_stats.json"
+    stats.write_text(json.dumps({"results": {paper: {"results": {
+        "M": {"results": {name: samples}}}}}}))  # fmt: skip
+    rated = list(RcbTaskset(RcbTasksetConfig(id="rcb_verifiers", published=str(stats))))
+    assert rated[0].data.solve_rate == 0.5
+    assert {t.data.solve_rate for t in rated[1:]} == {None}
 
 
 def test_an_unstartable_sandbox_is_a_failed_verifiers_episode_never_a_zero(
