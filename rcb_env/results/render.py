@@ -99,6 +99,13 @@ def print_summary(
         highlight=False,
         soft_wrap=True,
     )
+    if s.stopped is not None:
+        out.print(
+            f"stopped at the run's ceiling ({s.stopped.detail}): {s.stopped.pending} "
+            "episode(s) not run; the episodes in flight then finished",
+            highlight=False,
+            soft_wrap=True,
+        )
     if s.parts:
         for part in s.parts:
             if part.totals is not None:

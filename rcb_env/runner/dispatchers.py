@@ -44,6 +44,9 @@ class RunContext:
     cfg: EvalConfig
     run_id: str
     new_agent: AgentFactory
+    stop: Callable[[], bool] = lambda: False
+    """True once no episode may start any more (the run reached its spending ceiling); the
+    episodes in flight finish."""
 
 
 class Dispatcher(Protocol):
@@ -96,9 +99,11 @@ class Local:
         assert self._run is not None, "start() first"
         assert self._factory is not None
         paper, snippet, sample = item
+        run = self._run
+        if run.stop():  # the run reached its ceiling: this episode stays pending
+            return
         if self._prewarmer is not None:
             self._prewarmer.starting(paper)
-        run = self._run
         record = run_episode(
             paper, snippet, sample, run.new_agent(), run.cfg, self._factory, run.run_id
         )
@@ -205,4 +210,4 @@ def _run_on_ray(dispatcher: Any, items: list[Item], run: RunContext, keep: Keep)
         where, tree = located[paper.id]
         task = TaskRef(where, tree, paper.id, snippet.name, task_hash(snippet))
         jobs.append(EvalGroup(task, tuple(k for *_, k in members), cfg, run_id))
-    dispatcher.run(jobs, on_done, on_failure)
+    dispatcher.run(jobs, on_done, on_failure, stop=run.stop)
