@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rcb_env.agent import AgentFactory
+from rcb_env.episode.driver import Episode
 from rcb_env.episode.outcome import EpisodeOutcome
 from rcb_env.errors import InfraError
 from rcb_env.grading.prewarm import Prewarmer
@@ -47,6 +48,9 @@ class RunContext:
     stop: Callable[[], bool] = lambda: False
     """True once no episode may start any more (the run reached its spending ceiling); the
     episodes in flight finish."""
+    started: Callable[[Item, Episode], None] = lambda *_: None
+    """Handed each episode as it starts here (what it spends counts toward the ceiling while
+    it runs)."""
 
 
 class Dispatcher(Protocol):
@@ -105,8 +109,9 @@ class Local:
         if self._prewarmer is not None:
             self._prewarmer.starting(paper)
         record = run_episode(
-            paper, snippet, sample, run.new_agent(), run.cfg, self._factory, run.run_id
-        )
+            paper, snippet, sample, run.new_agent(), run.cfg, self._factory, run.run_id,
+            on_start=lambda episode: run.started(item, episode),
+        )  # fmt: skip
         keep(record, item)
 
     def close(self) -> None:

@@ -10,7 +10,7 @@ import secrets
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import Field
 
@@ -76,6 +76,16 @@ class RunCeiling(Frozen):
         if self.max_tokens is not None and tokens >= self.max_tokens:
             return f"tokens {tokens} >= ceiling {self.max_tokens}"
         return None
+
+
+class Spending(Protocol):
+    """What an episode has spent so far (:class:`~rcb_env.episode.driver.Episode` has it)."""
+
+    @property
+    def cost(self) -> float: ...
+
+    @property
+    def tokens(self) -> int: ...
 
 
 def new_run_dir(runs_root: Path) -> Path:
@@ -191,7 +201,10 @@ def run_eval(
         on_plan(len(todo))
     episodes = _Episodes(run_dir, where, on_episode, ceiling or RunCeiling())
     try:
-        where.start(RunContext(pset, cfg, run_id, new_agent, stop=episodes.stopped), todo)
+        context = RunContext(
+            pset, cfg, run_id, new_agent, stop=episodes.stopped, started=episodes.started
+        )
+        where.start(context, todo)
         _run_rounds(episodes, todo, infra_retries, retry_delay_s, on_plan, run_id)
     finally:
         episodes.close()
@@ -308,16 +321,33 @@ class _Episodes:
         self.cost = sum(r.cost for r in earlier)
         self.tokens = sum(r.tokens for r in earlier)
         self.reached = ceiling.reached(self.cost, self.tokens)
+        self._live: dict[tuple[str, int], Spending] = {}
+        """The episodes running here, by (snippet, sample): what they spend while they run."""
         self._lock = threading.Lock()
         self.writer = RecordLog(run_dir / RECORDS).open()
 
+    def started(self, item: Item, episode: Spending) -> None:
+        """``item``'s episode runs now (here: its spending is read while it runs)."""
+        with self._lock:
+            self._live[(item[1].id, item[2])] = episode
+
     def stopped(self) -> bool:
-        """Has the run reached its ceiling (no episode may start)?"""
-        return self.reached is not None
+        """Has the run reached its ceiling (no episode may start)? The records' totals and what
+        the episodes in flight here have spent so far."""
+        with self._lock:
+            if self.reached is None and self._live:
+                live = list(self._live.values())
+                cost = self.cost + sum(e.cost for e in live)
+                tokens = self.tokens + sum(e.tokens for e in live)
+                why = self.ceiling.reached(cost, tokens)
+                if why is not None:
+                    self.reached = f"{why}, {len(live)} episode(s) in flight included"
+            return self.reached is not None
 
     def keep(self, record: EpisodeRecord, item: Item) -> None:
         self.writer.append(record)
         with self._lock:
+            self._live.pop((item[1].id, item[2]), None)
             self.cost += record.cost
             self.tokens += record.tokens
             self.reached = self.reached or self.ceiling.reached(self.cost, self.tokens)
