@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from rcb_env.episode.env import infra_error_of, reward_of
 from rcb_env.episode.outcome import EpisodeStatus, StopReason
 from rcb_env.errors import ConfigError, InfraError, infra_error
@@ -101,9 +103,19 @@ def stored_run(path: Path) -> StoredRun:
     manifest_path = path / RUN_FILE
     if not manifest_path.is_file() or not (path / RECORDS).is_file():
         raise ConfigError(f"{path} is not a run folder (it needs run.json and episodes.jsonl)")
-    data = json.loads(manifest_path.read_text())
-    if "config" not in data or "run_id" not in data:
+    try:
+        data = json.loads(manifest_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{manifest_path} cannot be read: {exc}") from exc
+    if not isinstance(data, dict) or "config" not in data or "run_id" not in data:
         raise ConfigError(f"{path}/run.json records no run configuration: cannot regrade it")
+    try:  # checked now, not midway through a regrading
+        EvalConfig.model_validate(data["config"])
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(
+            f"{path}/run.json: a configuration this version cannot read: {problems}"
+        ) from None
     return StoredRun(path.resolve(), data, final_records(read_records(path / RECORDS)))
 
 

@@ -214,6 +214,19 @@ def _check_remasked(
         regrade_run(stored_run(new), load(root), moved, sandbox=_cfg().sandbox, resume=True)
 
 
+def test_what_is_no_stored_run_is_refused_with_why(tmp_path: Path) -> None:
+    empty = _invoke("regrade", str(tmp_path))  # a ConfigError: `rcb-env` exits 4 with it
+    assert isinstance(empty.exception, ConfigError)
+    assert "is not a run folder" in str(empty.exception)
+    (tmp_path / "episodes.jsonl").write_text("")
+    (tmp_path / "run.json").write_text(json.dumps({"run_id": "r", "config": {"agent": "x",
+                                                   "bogus": 1}}))  # fmt: skip
+    broken = _invoke("regrade", str(tmp_path))
+    assert isinstance(broken.exception, ConfigError)
+    assert "cannot read: bogus" in str(broken.exception)
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_stored_patch_is_applied_where_its_lines_stand() -> None:
     before = "a\nb\n# TODO\nc\n"
     patch = "--- a/f.py\n+++ b/f.py\n@@ -1,4 +1,4 @@\n a\n b\n-# TODO\n+x = 1\n c\n"
