@@ -35,6 +35,7 @@ from rcb_env.episode.outcome import EpisodeStatus, StopReason
 from rcb_env.errors import ConfigError, InfraError, infra_error
 from rcb_env.grading.grader import Grader
 from rcb_env.grading.models import GradeResult
+from rcb_env.grading.prewarm import Prewarmer
 from rcb_env.grading.provenance import grader_version, hash_of_tests
 from rcb_env.logs import get_logger
 from rcb_env.results.ledger import episode_key
@@ -337,6 +338,8 @@ def _grade_here(items: list[Regrading], cfg: EvalConfig, jobs: int, keep: Keep) 
     """Each candidate graded on this machine, ``jobs`` at a time, in sandboxes of
     ``cfg.sandbox`` (one grader per paper)."""
     factory = SandboxFactory(cfg.sandbox)
+    # the next paper's warm process starts while this one's candidates are graded (as in eval)
+    prewarmer = Prewarmer(factory.grading_executor, cfg.grading, [i.paper for i in items])
     graders: dict[str, Grader] = {}
     lock = threading.Lock()
 
@@ -347,6 +350,7 @@ def _grade_here(items: list[Regrading], cfg: EvalConfig, jobs: int, keep: Keep) 
             return graders[paper.id]
 
     def one(item: Regrading) -> None:
+        prewarmer.starting(item.paper)
         try:
             grade = grader_for(item.paper).grade(item.paper, item.snippet, item.body)
         except Exception as exc:
@@ -362,6 +366,7 @@ def _grade_here(items: list[Regrading], cfg: EvalConfig, jobs: int, keep: Keep) 
             for future in [pool.submit(one, item) for item in items]:
                 future.result()
     finally:
+        prewarmer.close()
         factory.close()
 
 
