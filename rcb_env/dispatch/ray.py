@@ -1,7 +1,8 @@
 """Everything rcb-env runs on a Ray cluster goes through this one dispatcher: an evaluation's
 groups, RL rollout groups (:mod:`rcb_env.rl.ray_groups`), a regrading's gradings, the
-reward-hack suite's gradings and the leak audit's papers are kinds of :class:`Job`, each a small typed description the driver
-sends and a ``run`` the node executes, with the same machinery for all.
+reward-hack suite's gradings and the leak audit's papers are kinds of :class:`Job`, each a small
+typed description the driver sends and a ``run`` the node executes, with the same machinery for
+all.
 
 Every job needs one unit of the custom resource ``rcb_sandbox`` (every node declares how many
 sandboxes it can run at once, so Ray never oversubscribes a node). It runs either as a Ray
