@@ -1,10 +1,11 @@
 """A regrading's gradings as Ray jobs (local mode, real Ray processes) give the verdicts a
 regrading here gives; a run that reaches its spending ceiling hands no further job to Ray.
-Each test starts its own Ray and shuts it down (never `ray stop`)."""
+The module starts its own Ray and shuts it down (never `ray stop`)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from rcb_agents.models import ModelConfig, RetryPolicy
 from rcb_agents.testing import Reply, ScriptedModelServer
 
 from rcb_env import config
+from rcb_env.dispatch.ray import connect, disconnect
 from rcb_env.grading import GradingConfig
 from rcb_env.results import read_records
 from rcb_env.results.records import final_records
@@ -27,6 +29,16 @@ from rcb_env.task import bundled_root, load
 pytestmark = [pytest.mark.slow, pytest.mark.bwrap]
 
 
+@pytest.fixture(scope="module")
+def one_slot() -> Iterator[None]:
+    """One local Ray with one sandbox slot for the module's tests (each run joins it)."""
+    own = connect("local", jobs=1)
+    try:
+        yield
+    finally:
+        disconnect(own)
+
+
 def _cfg(agent: str) -> EvalConfig:
     return EvalConfig(
         agent=agent,
@@ -36,15 +48,15 @@ def _cfg(agent: str) -> EvalConfig:
 
 
 def test_a_regrading_on_ray_gives_the_verdicts_of_one_here(
-    tmp_path: Path, require_bwrap: None
+    tmp_path: Path, require_bwrap: None, one_slot: None
 ) -> None:
     pset = load(bundled_root() / "strength-canary")
     old = tmp_path / "old"
     run_eval(pset, _cfg("oracle"), old)
     sandbox = _cfg("oracle").sandbox
     regrade_run(stored_run(old), pset, tmp_path / "here", sandbox=sandbox)
-    regrade_run(stored_run(old), pset, tmp_path / "ray", sandbox=sandbox, ray="local", jobs=2)
-    assert not ray.is_initialized()  # its own Ray was shut down
+    regrade_run(stored_run(old), pset, tmp_path / "ray", sandbox=sandbox, ray="local")
+    assert ray.is_initialized()  # the module's Ray, joined, not shut down
 
     def verdicts(run: Path) -> dict[tuple[str, int], bool | None]:
         records = final_records(read_records(run / "episodes.jsonl"))
@@ -56,7 +68,7 @@ def test_a_regrading_on_ray_gives_the_verdicts_of_one_here(
 
 
 def test_a_run_at_its_ceiling_hands_no_further_job_to_ray(
-    tmp_path: Path, require_bwrap: None
+    tmp_path: Path, require_bwrap: None, one_slot: None
 ) -> None:
     pset = load(bundled_root() / "strength-canary")
     run = tmp_path / "run"
