@@ -168,6 +168,15 @@ def test_a_changed_test_regraded_gives_a_fresh_runs_verdicts_and_says_why(
     report = _invoke("report", str(old), str(new), "-o", str(tmp_path / "r.html"))
     assert report.exit_code == 0, report.output
 
+    # Resuming a finished regrading grades nothing; --json has the same changes.
+    lines = (new / "episodes.jsonl").read_bytes()
+    again = _invoke("regrade", str(old), "--sandbox", "bwrap", "--resume", str(new), "--json")
+    assert again.exit_code == 0, again.output
+    assert (new / "episodes.jsonl").read_bytes() == lines
+    doc = json.loads(again.output)
+    assert [c["snippet_id"] for c in doc["changes"]["changed"]] == [AFFINE]
+    assert doc["summary"]["infra_errors"] == 1
+
     _check_reasons(new, manifest)
     _check_remasked(root, old, new, tmp_path / "moved", regraded)
 
