@@ -49,6 +49,9 @@ EXIT_ERROR = 4
 malformed tasks, no sandbox)."""
 EXIT_CONTROL_MISSED = 5
 """audit: the positive control's seeded leak was not found, so a clean audit proves nothing."""
+EXIT_CEILING = 6
+"""eval: the run stopped at its spending ceiling (--max-run-cost/--max-run-tokens) with episodes
+not run; resume it with a higher ceiling."""
 
 
 @click.group()

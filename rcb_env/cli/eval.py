@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from rcb_env.cli.app import (
+    EXIT_CEILING,
     EXIT_UNSCORED,
     cli,
     err,
@@ -49,6 +50,8 @@ _FIELD_FLAGS: dict[str, dict[str, Any]] = {
     "resume": {"file_okay": False},
     "infra_retries": {},
     "retry_delay": {},
+    "max_run_cost": {},
+    "max_run_tokens": {},
     "max_steps": {},
     "max_wall": {"fallback_help": "Seconds."},
     "test_feedback": {},
@@ -174,13 +177,24 @@ def _run(
             ),
             infra_retries=spec.dispatch.infra_retries,
             retry_delay_s=spec.dispatch.retry_delay_s,
+            ceiling=spec.ceiling,
         )
 
 
 def _report(summary: Summary, run_dir: Path) -> None:
-    """The rates, where the records are, and how to finish what could not be scored."""
+    """The rates, where the records are, and how to finish what could not be scored or run."""
     print_summary(out, summary, shown(run_dir))
     out.print(f"records: {shown(run_dir / RECORDS)}")
+    if summary.stopped is not None:
+        out.print(
+            f"the run stopped at its ceiling with {summary.stopped.pending} episode(s) not run "
+            f"(spent {summary.stopped.cost:.6g} USD, {summary.stopped.tokens} tokens); to "
+            f"continue: rcb-env eval ... --resume {shown(run_dir)} with a higher "
+            "--max-run-cost/--max-run-tokens (or none)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        sys.exit(EXIT_CEILING)
     if summary.infra_errors:
         out.print(
             f"{summary.infra_errors} episode(s) could not be scored (infrastructure, excluded "

@@ -1,7 +1,8 @@
 """Everything rcb-env runs on a Ray cluster goes through this one dispatcher: an evaluation's
-groups, RL rollout groups (:mod:`rcb_env.rl.ray_groups`), the reward-hack suite's gradings and
-the leak audit's papers are kinds of :class:`Job`, each a small typed description the driver
-sends and a ``run`` the node executes, with the same machinery for all.
+groups, RL rollout groups (:mod:`rcb_env.rl.ray_groups`), a regrading's gradings, the
+reward-hack suite's gradings and the leak audit's papers are kinds of :class:`Job`, each a small
+typed description the driver sends and a ``run`` the node executes, with the same machinery for
+all.
 
 Every job needs one unit of the custom resource ``rcb_sandbox`` (every node declares how many
 sandboxes it can run at once, so Ray never oversubscribes a node). It runs either as a Ray
@@ -494,12 +495,15 @@ class RayDispatcher:
         jobs: Sequence[J],
         on_done: Callable[[J, Any], None],
         on_failure: Callable[[J, str], None],
+        stop: Callable[[], bool] | None = None,
     ) -> None:
         """Run ``jobs``; each result reaches ``on_done`` as its job finishes; a job that fails
         for good (its node died more than ``max_retries`` times, the watchdog's deadline
         passed, it raised) reaches ``on_failure`` with why. A job is handed to Ray when a
         sandbox slot is free for it (cold: as many at once as the cluster has slots; warm: to a
-        worker with a free slot), and the watchdog's clock starts then."""
+        worker with a free slot), and the watchdog's clock starts then. Once ``stop()`` is true
+        no job is handed to Ray any more (those not handed are left out, neither done nor
+        failed); those running finish."""
         queue: list[J] = list(jobs)
         pending: dict[Any, tuple[J, str | None, float, float | None]] = {}
         moved: dict[str, int] = {}
@@ -513,6 +517,8 @@ class RayDispatcher:
             pending[ref] = (job, node, time.monotonic(), job.deadline_s())
 
         while queue or pending:
+            if stop is not None and queue and stop():
+                queue.clear()
             if not self.warm:
                 # Handed to Ray only when a slot is free, so a job's clock starts when it
                 # starts (a job waiting in Ray's queue behind others is not late).

@@ -219,10 +219,8 @@ class RcbEnv(gym.Env[str, Any]):
         return observation, outcome.reward, terminated, not terminated, self._info(outcome)
 
     def reward_for(self, grade: GradeResult) -> float:
-        """The one place the reward is computed."""
-        if not grade.passed:
-            return 0.0
-        return 1.0 if self.config.env.reward == "binary" else float(self.snippet.weight)
+        """This episode's reward for ``grade`` (:func:`reward_of`)."""
+        return reward_of(grade, self.snippet, self.config.env.reward)
 
     # helpers ---------------------------------------------------------------------------------
     def _workspace_body(self) -> tuple[str, bool]:
@@ -296,6 +294,14 @@ class RcbEnv(gym.Env[str, Any]):
         )
 
 
+def reward_of(grade: GradeResult, snippet: Snippet, reward: str = "weighted") -> float:
+    """The one place the reward is computed: 0 unless the grade passed, then 1 (``binary``)
+    or the snippet's line weight (``weighted``, :attr:`EnvConfig.reward`)."""
+    if not grade.passed:
+        return 0.0
+    return 1.0 if reward == "binary" else float(snippet.weight)
+
+
 def infra_error_of(grade: GradeResult) -> InfraError:
     """The infrastructure failure a grading verdict reports (stage ``tests``)."""
     return InfraError(stage="tests", type=grade.kind.value, message=grade.detail)
@@ -312,4 +318,4 @@ def make_env(
     return RcbEnv(paper, snippet, config, **kwargs)
 
 
-__all__ = ["EnvConfig", "EpisodeConfig", "RcbEnv", "infra_error_of", "make_env"]
+__all__ = ["EnvConfig", "EpisodeConfig", "RcbEnv", "infra_error_of", "make_env", "reward_of"]

@@ -7,6 +7,7 @@ from rich.table import Table
 
 from rcb_env.results.compare import ComparisonReport, RunRow
 from rcb_env.results.inference import Estimate, Plan, RunStatistics
+from rcb_env.results.regrade import VerdictChanges
 from rcb_env.results.summary import Rates, Summary
 
 
@@ -99,6 +100,13 @@ def print_summary(
         highlight=False,
         soft_wrap=True,
     )
+    if s.stopped is not None:
+        out.print(
+            f"stopped at the run's ceiling ({s.stopped.detail}): {s.stopped.pending} "
+            "episode(s) not run; the episodes in flight then finished",
+            highlight=False,
+            soft_wrap=True,
+        )
     if s.parts:
         for part in s.parts:
             if part.totals is not None:
@@ -317,3 +325,23 @@ def print_plan(out: Console, plan: Plan) -> None:
             highlight=False,
             soft_wrap=True,
         )
+
+
+def print_verdict_changes(out: Console, c: VerdictChanges) -> None:
+    """A regrading beside its stored run: how many verdicts held, each one that changed with
+    why, and what was not graded again with why."""
+    out.print(
+        f"regraded {c.regraded} episode(s) of {c.old_run}: {c.unchanged} verdict(s) unchanged, "
+        f"{len(c.changed)} changed, {len(c.not_regraded)} not graded again",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for title, rows in (("Verdicts that changed", c.changed), ("Not graded again", c.not_regraded)):
+        if not rows:
+            continue
+        table = Table(title=title)
+        for col in ("snippet", "sample", "stored", "now", "why"):
+            table.add_column(col, overflow="fold")
+        for r in rows:
+            table.add_row(r.snippet_id, str(r.sample), r.old, r.new or "-", "; ".join(r.reasons))
+        out.print(table)

@@ -22,6 +22,30 @@ from rcb_env.guest.rates import pass_rates
 from rcb_env.results.records import RECORDS, RUN_FILE, EpisodeRecord, final_records, read_records
 from rcb_env.task.selection import Subset
 
+#: The manifest's entry of a run that stopped at its spending ceiling (written by the runner).
+STOPPED = "stopped"
+
+
+class StoppedAt(BaseModel):
+    """A run that stopped at its spending ceiling (``--max-run-cost``/``--max-run-tokens``):
+    no episode started after it was reached; those in flight finished."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reason: str = "ceiling"
+    detail: str
+    """Which ceiling, and the total that reached it."""
+    ceiling: dict[str, float | int | None]
+    """The ceiling of the session that stopped."""
+    cost: float
+    """The run's total cost when it stopped (USD), every record of the folder summed."""
+    tokens: int
+    """The run's total tokens when it stopped."""
+    pending: int
+    """Episodes still to run (``--resume`` runs them)."""
+    in_flight: str = "finished"
+    """What happened to the episodes running when the ceiling was reached."""
+
 
 class Rates(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -107,6 +131,9 @@ class Summary(BaseModel):
     denominators)."""
     subset: SubsetRates | None = None
     """The same rates on a named subset, when one was asked for (``--subset verified``)."""
+    stopped: StoppedAt | None = None
+    """Set when the run's last session stopped at its spending ceiling (the run is
+    unfinished)."""
 
 
 def _aggregate(
@@ -216,7 +243,7 @@ def summarize_run(run_dir: Path, subset: Subset | None = None) -> Summary:
     Raises:
         ConfigError: the folder has neither (it is no run folder).
     """
-    totals = None
+    totals, stopped = None, None
     manifest = run_dir / RUN_FILE
     if not manifest.is_file() and not (run_dir / RECORDS).is_file():
         raise ConfigError(f"{run_dir} is not a run folder (no run.json, no episodes.jsonl)")
@@ -224,4 +251,7 @@ def summarize_run(run_dir: Path, subset: Subset | None = None) -> Summary:
         data = json.loads(manifest.read_text())
         if data.get("benchmark"):
             totals = Totals.model_validate(data["benchmark"])
-    return summarize(read_records(run_dir / RECORDS), totals, subset)
+        if data.get(STOPPED):
+            stopped = StoppedAt.model_validate(data[STOPPED])
+    summary = summarize(read_records(run_dir / RECORDS), totals, subset)
+    return summary.model_copy(update={"stopped": stopped}) if stopped else summary

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rcb_env.agent import AgentFactory
+from rcb_env.episode.driver import Episode
 from rcb_env.episode.outcome import EpisodeOutcome
 from rcb_env.errors import InfraError
 from rcb_env.grading.prewarm import Prewarmer
@@ -44,6 +45,12 @@ class RunContext:
     cfg: EvalConfig
     run_id: str
     new_agent: AgentFactory
+    stop: Callable[[], bool] = lambda: False
+    """True once no episode may start any more (the run reached its spending ceiling); the
+    episodes in flight finish."""
+    started: Callable[[Item, Episode], None] = lambda *_: None
+    """Handed each episode as it starts here (what it spends counts toward the ceiling while
+    it runs)."""
 
 
 class Dispatcher(Protocol):
@@ -96,12 +103,15 @@ class Local:
         assert self._run is not None, "start() first"
         assert self._factory is not None
         paper, snippet, sample = item
+        run = self._run
+        if run.stop():  # the run reached its ceiling: this episode stays pending
+            return
         if self._prewarmer is not None:
             self._prewarmer.starting(paper)
-        run = self._run
         record = run_episode(
-            paper, snippet, sample, run.new_agent(), run.cfg, self._factory, run.run_id
-        )
+            paper, snippet, sample, run.new_agent(), run.cfg, self._factory, run.run_id,
+            on_start=lambda episode: run.started(item, episode),
+        )  # fmt: skip
         keep(record, item)
 
     def close(self) -> None:
@@ -205,4 +215,4 @@ def _run_on_ray(dispatcher: Any, items: list[Item], run: RunContext, keep: Keep)
         where, tree = located[paper.id]
         task = TaskRef(where, tree, paper.id, snippet.name, task_hash(snippet))
         jobs.append(EvalGroup(task, tuple(k for *_, k in members), cfg, run_id))
-    dispatcher.run(jobs, on_done, on_failure)
+    dispatcher.run(jobs, on_done, on_failure, stop=run.stop)

@@ -7,6 +7,7 @@ alike."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
@@ -74,9 +75,12 @@ def run_episode(
     cfg: EvalConfig,
     factory: SandboxFactory,
     run_id: str,
+    *,
+    on_start: Callable[[Episode], None] | None = None,
 ) -> EpisodeRecord:
     """One episode, start to record, driven by :class:`~rcb_env.episode.driver.Episode`.
-    Infrastructure failures become infra records."""
+    Infrastructure failures become infra records. ``on_start`` is handed the episode before it
+    runs (a run's ceiling reads what it spends while it runs)."""
     episode = Episode(
         paper,
         snippet,
@@ -84,6 +88,8 @@ def run_episode(
         factory=factory,
         episode_id=f"{snippet.slug[:40]}-s{sample}-{secrets.token_hex(4)}",
     )
+    if on_start is not None:
+        on_start(episode)
     try:
         outcome = episode.run(agent)
     finally:

@@ -7,14 +7,19 @@ import datetime as dt
 import hashlib
 import json
 import secrets
+import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from pydantic import Field
 
 from rcb_env.agent import AgentFactory
 from rcb_env.dispatch.runnable import RunsIn, split
 from rcb_env.episode.outcome import EpisodeStatus
 from rcb_env.errors import ConfigError
+from rcb_env.frozen import Frozen
+from rcb_env.grading.provenance import grader_version, hash_of_tests
 from rcb_env.logs import get_logger
 from rcb_env.results.ledger import episode_key, eval_ledger
 from rcb_env.results.records import (
@@ -22,9 +27,10 @@ from rcb_env.results.records import (
     RUN_FILE,
     EpisodeRecord,
     RecordLog,
+    read_records,
     write_json_atomic,
 )
-from rcb_env.results.summary import Summary, Totals, Unavailable, summarize_run
+from rcb_env.results.summary import STOPPED, Summary, Totals, Unavailable, summarize_run
 from rcb_env.retry import RetryPolicy
 from rcb_env.runner.dispatchers import Dispatcher, Item, Local, RunContext
 from rcb_env.runner.episode import EvalConfig, make_agent_factory, run_episode
@@ -35,7 +41,9 @@ __all__ = [
     "RECORDS",
     "RUN_FILE",
     "EvalConfig",
+    "RunCeiling",
     "make_agent_factory",
+    "manifest",
     "new_run_dir",
     "open_run",
     "run_episode",
@@ -45,6 +53,39 @@ __all__ = [
 
 RUN_SCHEMA = "rcb-env/run/1"
 log = get_logger(__name__)
+
+
+class RunCeiling(Frozen):
+    """A ceiling on a whole run's spending, summed over every record of the run folder (every
+    session of a resumed run, infrastructure failures and the episodes that finish after it was
+    reached included). Once the total reaches it no episode starts; those in flight finish
+    under their own budgets (``--max-cost``/``--max-tokens``), so that what they spent is
+    graded and recorded rather than thrown away. Not part of the run's configuration: a
+    resumed run takes a new ceiling."""
+
+    max_cost: float | None = Field(default=None, ge=0)
+    """Start no episode once the run's episodes have cost this much in all (USD, from
+    --prices)."""
+    max_tokens: int | None = Field(default=None, ge=0)
+    """Start no episode once the run's episodes have used this many model tokens in all."""
+
+    def reached(self, cost: float, tokens: int) -> str | None:
+        """Which ceiling a run that spent ``cost`` and ``tokens`` has reached (None: none)."""
+        if self.max_cost is not None and cost >= self.max_cost:
+            return f"cost {cost:.6g} USD >= ceiling {self.max_cost:g} USD"
+        if self.max_tokens is not None and tokens >= self.max_tokens:
+            return f"tokens {tokens} >= ceiling {self.max_tokens}"
+        return None
+
+
+class Spending(Protocol):
+    """What an episode has spent so far (:class:`~rcb_env.episode.driver.Episode` has it)."""
+
+    @property
+    def cost(self) -> float: ...
+
+    @property
+    def tokens(self) -> int: ...
 
 
 def new_run_dir(runs_root: Path) -> Path:
@@ -86,7 +127,10 @@ def _totals(pset: Pset, unavailable: list[Unavailable]) -> Totals:
     )
 
 
-def _manifest(run_id: str, cfg: EvalConfig, pset: Pset, totals: Totals) -> dict[str, Any]:
+def manifest(run_id: str, cfg: EvalConfig, pset: Pset, totals: Totals) -> dict[str, Any]:
+    """A run's manifest (``run.json``): what defines it (its configuration, its tasks by
+    content hash), what its verdicts depend on (the grader's version, each snippet's test file
+    by content hash: what a regrading compares) and the whole selection's totals."""
     tasks = sorted(f"{s.id}@{task_hash(s)}" for s in pset.snippets)
     return {
         "schema_version": RUN_SCHEMA,
@@ -97,6 +141,8 @@ def _manifest(run_id: str, cfg: EvalConfig, pset: Pset, totals: Totals) -> dict[
         "tasks": tasks,
         "task_set_hash": hashlib.sha256("\n".join(tasks).encode()).hexdigest()[:16],
         "benchmark": totals.model_dump(mode="json"),
+        "grader": grader_version(),
+        "test_hashes": {s.id: hash_of_tests(p, s) for p in pset.papers for s in p.snippets},
     }
 
 
@@ -114,6 +160,7 @@ def run_eval(
     retry_delay_s: float = 5.0,
     make_agent: AgentFactory | None = None,
     only_ready: bool = True,
+    ceiling: RunCeiling | None = None,
 ) -> Summary:
     """Run every (snippet, sample) not yet finished in ``run_dir`` and return the summary.
 
@@ -129,6 +176,10 @@ def run_eval(
 
     ``make_agent`` builds each episode's agent; by default ``cfg.agent`` is resolved by name
     (:func:`rcb_env.agent.agent_factory`).
+
+    ``ceiling``: the run's spending ceiling (:class:`RunCeiling`); a run that stops at it
+    records so in its manifest (``stopped``, read into the summary), and ``resume`` continues
+    it, with the same or a new ceiling.
 
     ``dispatcher`` is where the episodes run (:mod:`rcb_env.runner.dispatchers`, chosen once
     from ``--ray`` by :func:`~rcb_env.runner.dispatchers.dispatcher_for`): by default this
@@ -148,13 +199,38 @@ def run_eval(
     todo = _pending(pset, cfg, run_dir / RECORDS)
     if on_plan is not None:
         on_plan(len(todo))
-    episodes = _Episodes(run_dir, where, on_episode)
+    episodes = _Episodes(run_dir, where, on_episode, ceiling or RunCeiling())
     try:
-        where.start(RunContext(pset, cfg, run_id, new_agent), todo)
+        context = RunContext(
+            pset, cfg, run_id, new_agent, stop=episodes.stopped, started=episodes.started
+        )
+        where.start(context, todo)
         _run_rounds(episodes, todo, infra_retries, retry_delay_s, on_plan, run_id)
     finally:
         episodes.close()
+    _record_stop(run_dir, episodes, len(_pending(pset, cfg, run_dir / RECORDS)))
     return summarize_run(run_dir)
+
+
+def _record_stop(run_dir: Path, episodes: _Episodes, left: int) -> None:
+    """The run's manifest says whether this session stopped at its ceiling (a later session
+    that finishes the run clears it)."""
+    manifest_path = run_dir / RUN_FILE
+    data = json.loads(manifest_path.read_text())
+    if episodes.reached is None or not left:  # a ceiling reached by the last episode stops nothing
+        data.pop(STOPPED, None)
+    else:
+        data[STOPPED] = {
+            "reason": "ceiling",
+            "detail": episodes.reached,
+            "ceiling": episodes.ceiling.model_dump(mode="json"),
+            "cost": round(episodes.cost, 6),
+            "tokens": episodes.tokens,
+            "pending": left,
+            "in_flight": "finished",
+        }
+        log.warning("run stopped at its ceiling", run=str(run_dir), why=episodes.reached)
+    write_json_atomic(manifest_path, data)
 
 
 def _open_run(
@@ -176,7 +252,7 @@ def _open_run(
     manifest_path = run_dir / RUN_FILE
     if resume and manifest_path.exists():
         old = json.loads(manifest_path.read_text())
-        new = _manifest(old["run_id"], cfg, pset, totals)
+        new = manifest(old["run_id"], cfg, pset, totals)
         for key in ("config", "task_set_hash"):
             if _comparable(key, old.get(key)) != _comparable(key, new[key]):
                 raise ConfigError(
@@ -186,7 +262,7 @@ def _open_run(
         return pset, str(old["run_id"])
     if manifest_path.exists() and not resume:
         raise ConfigError(f"{run_dir} already holds a run; pass --resume to continue it")
-    write_json_atomic(manifest_path, _manifest(run_dir.name, cfg, pset, totals))
+    write_json_atomic(manifest_path, manifest(run_dir.name, cfg, pset, totals))
     return pset, run_dir.name
 
 
@@ -233,14 +309,48 @@ class _Episodes:
         run_dir: Path,
         dispatcher: Dispatcher,
         on_episode: Callable[[EpisodeRecord], None] | None,
+        ceiling: RunCeiling,
     ) -> None:
         self.dispatcher = dispatcher
         self.on_episode = on_episode
         self.failed: list[Item] = []
+        self.ceiling = ceiling
+        # What the run spent before this session (every record, superseded ones too: the
+        # money was spent), then each record as it comes.
+        earlier = read_records(run_dir / RECORDS)
+        self.cost = sum(r.cost for r in earlier)
+        self.tokens = sum(r.tokens for r in earlier)
+        self.reached = ceiling.reached(self.cost, self.tokens)
+        self._live: dict[tuple[str, int], Spending] = {}
+        """The episodes running here, by (snippet, sample): what they spend while they run."""
+        self._lock = threading.Lock()
         self.writer = RecordLog(run_dir / RECORDS).open()
+
+    def started(self, item: Item, episode: Spending) -> None:
+        """``item``'s episode runs now (here: its spending is read while it runs)."""
+        with self._lock:
+            self._live[(item[1].id, item[2])] = episode
+
+    def stopped(self) -> bool:
+        """Has the run reached its ceiling (no episode may start)? The records' totals and what
+        the episodes in flight here have spent so far."""
+        with self._lock:
+            if self.reached is None and self._live:
+                live = list(self._live.values())
+                cost = self.cost + sum(e.cost for e in live)
+                tokens = self.tokens + sum(e.tokens for e in live)
+                why = self.ceiling.reached(cost, tokens)
+                if why is not None:
+                    self.reached = f"{why}, {len(live)} episode(s) in flight included"
+            return self.reached is not None
 
     def keep(self, record: EpisodeRecord, item: Item) -> None:
         self.writer.append(record)
+        with self._lock:
+            self._live.pop((item[1].id, item[2]), None)
+            self.cost += record.cost
+            self.tokens += record.tokens
+            self.reached = self.reached or self.ceiling.reached(self.cost, self.tokens)
         if record.status is EpisodeStatus.INFRA_ERROR:
             self.failed.append(item)
         if self.on_episode is not None:
@@ -269,8 +379,10 @@ def _run_rounds(
     def run_round(_round: int) -> list[Item]:
         """One round; what failed in it for infrastructure reasons (the next round's)."""
         nonlocal batch
-        episodes.run(batch)
-        batch = list(episodes.failed)
+        if not episodes.stopped():
+            episodes.run(batch)
+        # stopped at the ceiling: what failed stays pending for a resumed run
+        batch = [] if episodes.stopped() else list(episodes.failed)
         episodes.failed.clear()
         return batch
 

@@ -2,7 +2,8 @@
 (``--config run.yaml``), or both (a flag given on the command line overrides the file).
 
 The model is nested as the configurations are: ``eval`` is the run's :class:`EvalConfig` (what
-a resumed run must match), ``selection`` which snippets run, ``dispatch`` where and how often;
+a resumed run must match), ``selection`` which snippets run, ``dispatch`` where and how often,
+``ceiling`` the whole run's spending ceiling;
 ``runs_dir`` and ``resume`` the run's folder. A run file mirrors it::
 
     eval:
@@ -37,6 +38,7 @@ from rcb_env.agent import model_settings
 from rcb_env.errors import ConfigError
 from rcb_env.frozen import Frozen
 from rcb_env.runner.episode import EvalConfig
+from rcb_env.runner.eval import RunCeiling
 from rcb_env.sandbox import SandboxConfig, backend_class, backend_names, sandbox_config
 from rcb_env.sandbox import registry as backends
 
@@ -166,6 +168,8 @@ FLAT: dict[str, str] = {
     "ray_warm": "dispatch.warm",
     "infra_retries": "dispatch.infra_retries",
     "retry_delay": "dispatch.retry_delay_s",
+    "max_run_cost": "ceiling.max_cost",
+    "max_run_tokens": "ceiling.max_tokens",
     "runs_dir": "runs_dir",
     "resume": "resume",
 }
@@ -239,6 +243,9 @@ class RunSpec(Frozen):
     """The run's configuration (what a resumed run must match)."""
     selection: Selection = Selection()
     dispatch: DispatchConfig = DispatchConfig()
+    ceiling: RunCeiling = RunCeiling()
+    """The whole run's spending ceiling (not the run's configuration: a resumed run takes a
+    new one)."""
     runs_dir: Path = Path("runs")
     """Where new runs' folders are made."""
     resume: Path | None = None

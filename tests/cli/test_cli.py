@@ -23,7 +23,7 @@ def _rcb(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_exit_codes_are_distinct_and_documented() -> None:
     codes = {name: value for name, value in vars(app).items() if name.startswith("EXIT_")}
-    assert len(set(codes.values())) == len(codes) == 6
+    assert len(set(codes.values())) == len(codes) == 7
     cli_page = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
     for value in codes.values():
         assert f"| {value} |" in cli_page, f"exit code {value} is not in docs/cli.md's table"

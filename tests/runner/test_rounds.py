@@ -16,10 +16,15 @@ class _Episodes:
     """Where episodes run, as ``_run_rounds`` sees it: each item fails ``fails[item]`` times
     for infrastructure reasons, then succeeds."""
 
-    def __init__(self, fails: dict[str, int]) -> None:
+    def __init__(self, fails: dict[str, int], ceiling_after: int | None = None) -> None:
         self.fails = dict(fails)
         self.failed: list[Any] = []
         self.rounds: list[list[Any]] = []
+        self.ceiling_after = ceiling_after
+        """The run reaches its spending ceiling after this many rounds (None: never)."""
+
+    def stopped(self) -> bool:
+        return self.ceiling_after is not None and len(self.rounds) >= self.ceiling_after
 
     def run(self, items: list[Any]) -> None:
         self.rounds.append(list(items))
@@ -89,3 +94,13 @@ def test_rounds_stop_when_nothing_failed_or_the_retries_run_out() -> None:
     none = _Episodes({"a": 9})
     _rounds(none, ["a"], 0)  # no retry: no wait
     assert none.rounds == [["a"]]
+
+
+def test_a_run_at_its_ceiling_runs_no_further_round() -> None:
+    capped = _Episodes({"a": 9, "b": 0}, ceiling_after=1)
+    with zero_waits():
+        _rounds(capped, ["a", "b"], 3)
+    assert capped.rounds == [["a", "b"]]  # "a" failed, but is left for a resumed run
+    already = _Episodes({"a": 0}, ceiling_after=0)
+    _rounds(already, ["a"], 3)
+    assert already.rounds == []  # reached before the first round: nothing starts
