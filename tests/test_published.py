@@ -35,6 +35,7 @@ from rcb_env.runner import EvalConfig, run_eval
 from rcb_env.sandbox import SandboxConfig
 from rcb_env.task import Pset
 from rcb_env.task import environments as envs
+from rcb_env.task.selection import load_subset
 from rcb_env.validation import audit as leak_audit
 from tests.conftest import math_files, write_paper, write_pset
 
@@ -83,6 +84,27 @@ def test_get_verifies_and_the_name_loads_the_whole_set(published: Pset, home: Pa
     assert counts["GMFlow"] == (16, 164)
     assert counts["hyla"] == (3, 9)
     assert counts["minp"] == (7, 18)
+
+
+def test_get_installs_the_papers_results_file_so_hard_needs_no_flag(
+    published: Pset, shared: Path, tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``rcb-env get`` installs the paper's results file beside the tasks (checked against its
+    pinned hash), and the difficulty subsets read it with no flag; a results file of another
+    content is left out (the tasks still install)."""
+    monkeypatch.delenv("RCB_PUBLISHED_RESULTS", raising=False)
+    bench = catalog.benchmark("researchcodebench")
+    assert bench.results_path().read_bytes() == (shared / "overall_stats.json").read_bytes()
+    assert bench.results_path().is_relative_to(home)
+    assert catalog.published_results() == bench.results_path()
+    hard = load_subset("hard")
+    assert len(hard.snippets) == 22  # a tenth of 212, rounded up
+    copy = tmp_path / "copy"
+    shutil.copytree(shared / "pset", copy / "pset")
+    (copy / "overall_stats.json").write_text("{}")
+    fetch.fetch(bench, str(copy / "pset"), force=True)
+    assert not bench.results_path().exists()
+    assert catalog.published_results() is None
 
 
 def test_a_name_that_was_not_fetched_says_how(home: Path) -> None:

@@ -48,7 +48,12 @@ class Benchmark(Frozen):
     overlay: str | None = None
     """rcb-env's overlay for it, a file beside this module."""
     results: str | None = None
-    """Where the paper's own results file lies in the repository (for ``import-results``)."""
+    """Where the paper's own results file lies in the repository (for ``import-results`` and
+    the difficulty subsets); ``rcb-env get`` installs it beside the tasks
+    (:meth:`results_path`) when its content is :attr:`results_sha256`."""
+    results_sha256: str | None = None
+    """SHA-256 of :attr:`results` at :attr:`commit` (a file of another content is not
+    installed)."""
     submodules: dict[str, str] = Field(default_factory=dict)
     """Git URL of each submodule link in the task tree (path relative to :attr:`folder`): the
     benchmark records only the commit, and ``rcb-env get`` fetches that commit from here."""
@@ -69,6 +74,11 @@ class Benchmark(Frozen):
         """Where ``rcb-env get`` puts the verified tree."""
         return config.rcb_home() / "benchmarks" / self.name / self.commit[:12]
 
+    def results_path(self) -> Path:
+        """Where ``rcb-env get`` puts the verified results file (beside :meth:`local_path`)."""
+        local = self.local_path()
+        return local.with_name(f"{local.name}.results.json")
+
     def overlay_path(self) -> Path | None:
         return HERE / self.overlay if self.overlay else None
 
@@ -85,6 +95,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             tree_hash="3e3905ec7d570d9bbc39c6903b041f2abc0f6e3ca5c8f7306f5ec3864320da26",
             overlay="researchcodebench.yaml",
             results="outputs/20llms_greedy/2025-05-12-17-13-20/overall_stats.json",
+            results_sha256="612e6329b42037b8a04944174e673799b9f84df898390bd154996aaa339e8eea",
         ),
         Benchmark(
             name="lmr-bench",
@@ -108,6 +119,18 @@ BENCHMARKS: dict[str, Benchmark] = {
         ),
     )
 }
+
+
+def published_results() -> Path | None:
+    """The paper's results file the difficulty subsets read: ``$RCB_PUBLISHED_RESULTS``, else
+    the one ``rcb-env get`` installed (the first benchmark that has one), else None."""
+    given = config.settings().published_results
+    if given is not None:
+        return given
+    for bench in BENCHMARKS.values():
+        if bench.results is not None and bench.results_path().is_file():
+            return bench.results_path()
+    return None
 
 
 def benchmark(name: str) -> Benchmark:

@@ -300,6 +300,7 @@ def fetch(
                 f"pinned {bench.tree_hash[:16]}... (commit {bench.commit[:12]}): a different "
                 "version or a modified copy; nothing was installed"
             )
+        results = _results_file(bench, tree.parent, log)
         staged = work / "staged"
         shutil.copytree(tree, staged, ignore=shutil.ignore_patterns(".git"))
         (staged / VERIFIED).write_text(f"{bench.commit}\n{bench.tree_hash}\n{extra}")
@@ -311,5 +312,26 @@ def fetch(
         if dest.exists():
             shutil.rmtree(dest)
         staged.rename(dest)
+        if results is not None:
+            shutil.copyfile(results, bench.results_path())
+            bench.results_path().chmod(0o644)
+            log(f"{bench.name}: the paper's results file verified, at {bench.results_path()}")
+        elif bench.results is not None:
+            bench.results_path().unlink(missing_ok=True)  # never an older copy's beside these
     log(f"{bench.name}: verified and installed at {dest}")
     return dest
+
+
+def _results_file(bench: Benchmark, root: Path, log: Callable[[str], None]) -> Path | None:
+    """The benchmark's results file in the fetched repository ``root`` (at its path there, or
+    by its name at the top of a folder given), if its content is the pinned one."""
+    if bench.results is None or bench.results_sha256 is None:
+        return None
+    for candidate in (root / bench.results, root / Path(bench.results).name):
+        if candidate.is_file():
+            digest = hashlib.sha256(candidate.read_bytes()).hexdigest()
+            if digest == bench.results_sha256:
+                return candidate
+            log(f"{bench.name}: {candidate.name} is not the pinned results file; left out")
+            return None
+    return None

@@ -10,7 +10,7 @@ from typing import get_args
 
 import click
 
-from rcb_env import catalog, config
+from rcb_env import catalog
 from rcb_env.catalog import complete
 from rcb_env.cli.app import (
     EXIT_FINDINGS,
@@ -120,7 +120,7 @@ def tasks(
         before=before.date() if before else None,
         field=date_field,
     )
-    stats = published or config.settings().published_results
+    stats = published or catalog.published_results()
     outcomes, weights = read_published(stats) if stats else ([], {})
     ran = [o for run in run_dirs for o in scored_outcomes(run)]
     if subset is not None:

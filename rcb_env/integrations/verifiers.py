@@ -31,6 +31,7 @@ from typing import Any, Literal
 import verifiers.v1 as vf
 from verifiers.v1.mcp import SharedToolServer
 
+from rcb_env import catalog
 from rcb_env import config as rcb_config
 from rcb_env.episode.config import BudgetConfig, EnvConfig, EpisodeConfig
 from rcb_env.grading.grader import DEFAULT_TIMEOUT_S, GradingConfig
@@ -145,7 +146,7 @@ class RcbTaskset(vf.Taskset[RcbTask, RcbTasksetConfig]):
 
         pset, _totals = runnable(load_tasks(self.config.pset))
         wanted = set(self.config.snippets)
-        stats = self.config.published or rcb_config.settings().published_results
+        stats = self.config.published or catalog.published_results()
         table = difficulty_table(pset, published=read_published(Path(stats))[0] if stats else ())
         for snippet in pset.snippets:
             known = table.get(snippet.id)

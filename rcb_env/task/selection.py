@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from rcb_env import config
+from rcb_env import catalog
 from rcb_env.errors import ConfigError
 from rcb_env.frozen import Frozen
 from rcb_env.task.difficulty import (
@@ -194,19 +194,20 @@ def make_subset(name: str, criteria: str, scores: dict[str, float], threshold: f
 def load_subset(name: str, published: Path | None = None) -> Subset:
     """A shipped subset by name (``verified``), a subset file by path, or a difficulty subset
     (``hard``, ``solve-rate:LO:HI``: :func:`difficulty_subset`) from the results file
-    ``published`` (default: ``$RCB_PUBLISHED_RESULTS``).
+    ``published`` (default: ``$RCB_PUBLISHED_RESULTS``, else the one ``rcb-env get``
+    installed: :func:`rcb_env.catalog.published_results`).
 
     Raises:
         ConfigError: no such subset, the file is not one, or a difficulty subset without the
             results file.
     """
     if name == HARD or name.startswith(SOLVE_RATE):
-        stats = published or config.settings().published_results
+        stats = published or catalog.published_results()
         if stats is None:
             raise ConfigError(
                 f"the subset {name!r} is chosen by the published solve rates: give the paper's "
                 "results file (overall_stats.json) with --published FILE or "
-                "RCB_PUBLISHED_RESULTS=FILE"
+                "RCB_PUBLISHED_RESULTS=FILE (`rcb-env get researchcodebench` installs it)"
             )
         return difficulty_subset(name, stats)
     path = Path(name)
