@@ -3,8 +3,10 @@ shared).
 
 1. Latency: a reset and a ``read_file`` step through OpenEnv's own client over ``/ws`` against
    the same two calls in process (:class:`~rcb_env.episode.driver.Episode` on the process's
-   shared sandbox factory, bwrap), p50 of each and the difference (goal: under 2 ms added).
-   Each iteration ends its episode unscored (nothing graded) on both sides.
+   shared sandbox factory, bwrap), alternating call by call, p50 of each and the difference
+   (goal: under 2 ms added), also the median of the paired differences, and the round trip
+   of a ``state`` frame (the protocol's own cost: no episode work). Each iteration ends its
+   episode unscored (nothing graded) on both sides.
 2. Sessions held: ``--sessions`` (256) OpenEnv clients connected at once, each with an open
    episode and a step answered; the server's memory (RSS of its process tree) and processes
    before and while they are open, per open episode. ``--command``: the step is a
@@ -37,24 +39,75 @@ TASK = "scaled-attention/softmax"
 MiB = 1024 * 1024
 
 
-def in_process(n: int) -> list[float]:
-    """Episode start + a read_file step, in this process; milliseconds."""
-    cfg = EvalConfig(agent="bench", sandbox=SandboxConfig(backend="bwrap")).episode
-    factory = shared.shared_factory(cfg.sandbox)
-    paper_id, _, name = TASK.partition("/")
-    paper = load_tasks(None).paper(paper_id)
-    snippet = paper.snippet(name)
-    times = []
-    for i in range(n + 10):
-        episode = Episode(paper, snippet, config=cfg, factory=factory)
+class InProcess:
+    """Episode start + a read_file step, in this process, on the shared sandbox factory."""
+
+    def __init__(self) -> None:
+        self.cfg = EvalConfig(agent="bench", sandbox=SandboxConfig(backend="bwrap")).episode
+        self.factory = shared.shared_factory(self.cfg.sandbox)
+        paper_id, _, name = TASK.partition("/")
+        self.paper = load_tasks(None).paper(paper_id)
+        self.snippet = self.paper.snippet(name)
+
+    def once(self) -> float:
+        """Milliseconds of the two calls."""
+        episode = Episode(self.paper, self.snippet, config=self.cfg, factory=self.factory)
         t0 = time.perf_counter()
         episode.start()
         episode.step({"tool": "read_file", "path": "attention/core.py"})
-        if i >= 10:
-            times.append((time.perf_counter() - t0) * 1000)
+        ms = (time.perf_counter() - t0) * 1000
         episode.fail(InfraError(stage="agent", type="Bench", message="not graded"))
         episode.close()
-    return times
+        return ms
+
+
+class OverWebsocket:
+    """The same two calls through OpenEnv's own client (a process of its own), one per call."""
+
+    def __init__(self, url: str) -> None:
+        self.proc = subprocess.Popen(
+            [str(OPENENV_PYTHON), str(CLIENT), "latency", url, TASK],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+
+    def once(self) -> float:
+        self.stdin.write("go\n")
+        self.stdin.flush()
+        ms: float = json.loads(self.stdout.readline())["ms"]
+        time.sleep(0.05)  # the server releases the episode's sandbox (in process: untimed too)
+        return ms
+
+    def state_round_trip(self) -> float:
+        """The p50 of a ``state`` frame's round trip (no episode work), ending the client."""
+        self.stdin.write("\n")
+        self.stdin.flush()
+        ms: float = json.loads(self.stdout.readline())["state_ms"]
+        self.proc.wait()
+        return ms
+
+
+def latency(url: str, n: int) -> dict[str, Any]:
+    """In process and over /ws, alternating call by call (the machine's load drifts alike on
+    both); after 10 of each to warm up."""
+    local, remote = InProcess(), OverWebsocket(url)
+    pairs = [(local.once(), remote.once()) for _ in range(n + 10)][10:]
+    state_ms = remote.state_round_trip()
+    p50_local = statistics.median(p[0] for p in pairs)
+    p50_remote = statistics.median(p[1] for p in pairs)
+    return {
+        "in_process_p50_ms": round(p50_local, 2),
+        "ws_p50_ms": round(p50_remote, 2),
+        "added_p50_ms": round(p50_remote - p50_local, 2),
+        "added_paired_p50_ms": round(statistics.median(r - lo for lo, r in pairs), 2),
+        "ratio": round(p50_remote / p50_local, 2),
+        "state_round_trip_p50_ms": round(state_ms, 3),
+        "iterations": n,
+    }
 
 
 def tree(pid: int) -> tuple[int, int]:
@@ -71,7 +124,7 @@ def tree(pid: int) -> tuple[int, int]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--iterations", type=int, default=100)
-    parser.add_argument("--sessions", type=int, default=256)
+    parser.add_argument("--sessions", type=int, default=256, help="0: the latency only")
     parser.add_argument("--command", action="store_true")
     args = parser.parse_args()
     limit = str(args.sessions + 8)
@@ -81,28 +134,12 @@ def main() -> None:
     )
     report: dict[str, Any] = {}
     try:
-        # 1. latency, interleaved: in process, over /ws, in process, over /ws
-        local: list[float] = []
-        remote: list[float] = []
-        for _ in range(2):
-            local += in_process(args.iterations // 2)
-            out = subprocess.run(
-                [str(OPENENV_PYTHON), str(CLIENT), "latency", url, TASK, str(args.iterations // 2)],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            remote += json.loads(out.stdout)["ms"]
-        p50_local, p50_remote = statistics.median(local), statistics.median(remote)
-        report["latency"] = {
-            "in_process_p50_ms": round(p50_local, 2),
-            "ws_p50_ms": round(p50_remote, 2),
-            "added_p50_ms": round(p50_remote - p50_local, 2),
-            "ratio": round(p50_remote / p50_local, 2),
-            "iterations": len(local),
-        }
+        # 1. latency, call by call: in process, over /ws, in process, ...
+        report["latency"] = latency(url, args.iterations)
         print(json.dumps(report["latency"]), flush=True)
 
+        if not args.sessions:  # 0: the latency only
+            return
         # 2. sessions held at once
         before_rss, before_procs = tree(proc.pid)
         many = subprocess.Popen(

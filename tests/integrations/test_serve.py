@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -24,7 +25,8 @@ from websockets.sync.client import connect
 from rcb_env.integrations.pull import load_tasks
 from rcb_env.integrations.serve.protocol import schema
 from rcb_env.integrations.serve.sessions import EpisodeServer, ServeLimits
-from rcb_env.results.records import RECORDS, read_records
+from rcb_env.results.ledger import EVENTS, RunLedger, eval_ledger
+from rcb_env.results.records import RECORDS, EpisodeRecord, read_records
 from rcb_env.results.summary import summarize_run
 from rcb_env.runner.episode import EvalConfig
 from rcb_env.sandbox import SandboxConfig
@@ -445,6 +447,56 @@ def test_the_reaper_ends_idle_and_overlong_episodes_and_keeps_the_session(
     assert record.reason == reason
     assert record.status == "truncated"
     assert record.passed is False
+
+
+class _LedgerSlowToDisk(RunLedger[EpisodeRecord]):
+    """The eval ledger, whose forcing of a line to disk waits until ``allowed`` (at most 5 s;
+    each wait noted: True when it ran out)."""
+
+    def __init__(self, records: Path, allowed: threading.Event) -> None:
+        plain = eval_ledger(records)
+        super().__init__(records, model=EpisodeRecord, key=plain.key, counts=plain.counts)
+        self.allowed = allowed
+        self.waited_out: list[bool] = []
+
+    def start(self, name: str, *, sync: bool = True) -> EpisodeRecord | None:
+        if sync:
+            self.waited_out.append(not self.allowed.wait(timeout=5))
+        return super().start(name, sync=sync)
+
+    def sync(self) -> None:
+        self.waited_out.append(not self.allowed.wait(timeout=5))
+        super().sync()
+
+
+def test_a_resets_started_line_is_written_before_the_answer_and_synced_off_its_path(
+    tmp_path: Path,
+) -> None:
+    """The started line's fsync (0.2-5 ms on a busy disk, and a sandbox starting beside it
+    slows by as much) is not waited for by the reset: the line is written (a killed server
+    leaves it) when the reset is answered, and forced to disk afterwards."""
+    cfg = EvalConfig(agent="openenv", sandbox=SandboxConfig(backend="local"))
+    server = EpisodeServer(load_tasks(None), cfg, tmp_path / "run")
+    allowed = threading.Event()
+    ledger = _LedgerSlowToDisk(tmp_path / "run" / RECORDS, allowed)
+    server.ledger = ledger
+
+    async def reset() -> tuple[dict[str, Any] | None, str]:
+        session = server.connect({"client": "test"})
+        answer = await session.answer(json.dumps({"type": "reset", "data": {"task_id": TASK}}))
+        written = (tmp_path / "run" / EVENTS).read_text()
+        allowed.set()
+        await session.disconnected()
+        return answer, written
+
+    try:
+        answer, written = asyncio.run(reset())
+    finally:
+        server.close()
+    assert answer is not None
+    assert answer["data"]["observation"]["status"] == "running"
+    assert json.loads(written) == {"key": f"{TASK}#0", "event": "started"}
+    assert ledger.waited_out == [False]  # synced once, after the answer
 
 
 def test_a_token_is_needed_off_loopback_and_must_stand_in_a_url() -> None:
