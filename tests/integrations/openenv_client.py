@@ -5,6 +5,9 @@ run). Prints one JSON object: what each scenario saw.
 Usage: python openenv_client.py tests <base_url> <answers.json>
        python openenv_client.py oracle <base_url> <answers.json> [jobs]   (every task: the
        oracle's body, then a wrong one)
+       python openenv_client.py latency <base_url> <task>   (benchmarks/bench_serve.py: one
+       reset + step per line read, a JSON line each)
+       python openenv_client.py many <base_url> <task> <n> [command]
 """
 
 from __future__ import annotations

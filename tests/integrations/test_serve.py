@@ -373,6 +373,54 @@ def test_a_client_gone_mid_episode_is_recorded_unscored_and_the_run_reads_as_an_
     assert summary.overall is not None
 
 
+def test_the_servers_run_folder_reads_with_summary_compare_report_and_export(
+    served: Served, stock: dict[str, Any], tmp_path: Path
+) -> None:
+    """Scope 4: the commands that read an evaluation's run folder read a server's as it is
+    (its records: the oracle's 3 lines, the wrong body's 0, the unscored ones apart)."""
+    import base64
+    import gzip
+    import re
+    import shutil
+
+    from click.testing import CliRunner
+
+    from rcb_env.cli import cli
+
+    run = served.run_dir
+    records = served.records()
+    runner = CliRunner()
+    summary = runner.invoke(cli, ["summary", str(run), "--json", "--resamples", "100"])
+    assert summary.exit_code == 0, summary.output
+    numbers = json.loads(summary.output)
+    assert numbers["episodes"] == len(records)
+    assert numbers["infra_errors"] == sum(r.status == "infra_error" for r in records) > 0
+    other = tmp_path / "copy" / run.name  # a second run to compare with: the same records
+    shutil.copytree(run, other)
+    compared = runner.invoke(cli, ["compare", str(run), str(other), "--resamples", "100"])
+    assert compared.exit_code == 0, compared.output
+    assert run.name in compared.output
+    page = tmp_path / "report.html"
+    report = runner.invoke(cli, ["report", str(run), "-o", str(page)])
+    assert report.exit_code == 0, report.output
+    packed = re.findall(r'id="ep-\d+">([^<]+)</script>', page.read_text())  # gzip, base64
+    shown = [json.loads(gzip.decompress(base64.b64decode(p))) for p in packed]
+    assert sorted(e["episode_id"] for e in shown) == sorted(r.episode_id for r in records)
+    assert {e["agent"]["name"] for e in shown} == {"openenv"}
+    scored = [r for r in records if r.reason == "submit"]
+    out = tmp_path / "trajectories.jsonl"
+    exported = runner.invoke(cli, ["export", "run", str(run), "--keep-incomplete", "-o", str(out)])
+    assert exported.exit_code == 0, exported.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted((t["task_id"], t["sample"], t["reward"]) for t in lines) == sorted(
+        (r.snippet_id, r.sample, None if r.status == "infra_error" else r.reward) for r in records
+    )  # an unscored episode's reward: none
+    atif = tmp_path / "atif"
+    as_atif = runner.invoke(cli, ["export", "run", str(run), "--format", "atif", "-o", str(atif)])
+    assert as_atif.exit_code == 0, as_atif.output
+    assert len(list(atif.iterdir())) >= len(scored)
+
+
 def test_sigterm_drains_an_open_episode_is_recorded_interrupted(served: Served) -> None:
     ws = _ws(served)
     ws.send(json.dumps({"type": "reset", "data": {"task_id": TASK, "episode_id": "drained"}}))
