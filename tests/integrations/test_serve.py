@@ -29,7 +29,8 @@ from rcb_env.results.ledger import EVENTS, RunLedger, eval_ledger
 from rcb_env.results.records import RECORDS, EpisodeRecord, read_records
 from rcb_env.results.summary import summarize_run
 from rcb_env.runner.episode import EvalConfig
-from rcb_env.sandbox import SandboxConfig
+from rcb_env.sandbox import Sandbox, SandboxConfig, SandboxFactory
+from rcb_env.task.models import Paper, Snippet
 
 ROOT = Path(__file__).resolve().parents[2]
 OPENENV_PYTHON = ROOT / ".venv" / "openenv" / "bin" / "python"
@@ -497,15 +498,30 @@ def test_the_reaper_ends_idle_and_overlong_episodes_and_keeps_the_session(
     assert record.passed is False
 
 
+class _FactorySayingWhenStarted(SandboxFactory):
+    """A sandbox factory that says when its last sandbox has started."""
+
+    def __init__(self, config: SandboxConfig, started: threading.Event) -> None:
+        super().__init__(config)
+        self.started = started
+
+    def create(self, paper: Paper, snippet: Snippet) -> Sandbox:
+        sandbox = super().create(paper, snippet)
+        self.started.set()
+        return sandbox
+
+
 class _LedgerSlowToDisk(RunLedger[EpisodeRecord]):
     """The eval ledger, whose forcing of a line to disk waits until ``allowed`` (at most 5 s;
-    each wait noted: True when it ran out)."""
+    each wait noted: True when it ran out) and notes whether the sandbox had started."""
 
-    def __init__(self, records: Path, allowed: threading.Event) -> None:
+    def __init__(self, records: Path, allowed: threading.Event, started: threading.Event) -> None:
         plain = eval_ledger(records)
         super().__init__(records, model=EpisodeRecord, key=plain.key, counts=plain.counts)
         self.allowed = allowed
+        self.started = started
         self.waited_out: list[bool] = []
+        self.after_the_sandbox: list[bool] = []
 
     def start(self, name: str, *, sync: bool = True) -> EpisodeRecord | None:
         if sync:
@@ -513,6 +529,7 @@ class _LedgerSlowToDisk(RunLedger[EpisodeRecord]):
         return super().start(name, sync=sync)
 
     def sync(self) -> None:
+        self.after_the_sandbox.append(self.started.is_set())
         self.waited_out.append(not self.allowed.wait(timeout=5))
         super().sync()
 
@@ -522,11 +539,12 @@ def test_a_resets_started_line_is_written_before_the_answer_and_synced_off_its_p
 ) -> None:
     """The started line's fsync (0.2-5 ms on a busy disk, and a sandbox starting beside it
     slows by as much) is not waited for by the reset: the line is written (a killed server
-    leaves it) when the reset is answered, and forced to disk afterwards."""
+    leaves it) when the reset is answered, and forced to disk after the sandbox started."""
     cfg = EvalConfig(agent="openenv", sandbox=SandboxConfig(backend="local"))
     server = EpisodeServer(load_tasks(None), cfg, tmp_path / "run")
-    allowed = threading.Event()
-    ledger = _LedgerSlowToDisk(tmp_path / "run" / RECORDS, allowed)
+    allowed, started = threading.Event(), threading.Event()
+    server.factory = _FactorySayingWhenStarted(cfg.sandbox, started)
+    ledger = _LedgerSlowToDisk(tmp_path / "run" / RECORDS, allowed, started)
     server.ledger = ledger
 
     async def reset() -> tuple[dict[str, Any] | None, str]:
@@ -541,10 +559,12 @@ def test_a_resets_started_line_is_written_before_the_answer_and_synced_off_its_p
         answer, written = asyncio.run(reset())
     finally:
         server.close()
+        server.factory.close()
     assert answer is not None
     assert answer["data"]["observation"]["status"] == "running"
     assert json.loads(written) == {"key": f"{TASK}#0", "event": "started"}
     assert ledger.waited_out == [False]  # synced once, after the answer
+    assert ledger.after_the_sandbox == [True]  # not beside its start
 
 
 def test_a_token_is_needed_off_loopback_and_must_stand_in_a_url() -> None:

@@ -347,11 +347,13 @@ class ServedSession:
                 or f"{snippet.slug[:40]}-s{self.sample}-{secrets.token_hex(4)}",
             )
             # the started line: written now (a server killed from here on leaves it), forced
-            # to disk off the reset's path (an fsync beside a sandbox's start slows the start
-            # by the fsync's time, 0.2-5 ms on a busy disk)
+            # to disk once the sandbox has started, while the answer goes out (an fsync beside
+            # a sandbox's start slows the start by the fsync's time, 0.2-5 ms on a busy disk)
             self.server.ledger.start(episode_key(snippet.id, self.sample), sync=False)
-            self.server.journal.submit(self.server.sync_ledger)
-            text, _info = self.episode.start()
+            try:
+                text, _info = self.episode.start()
+            finally:
+                self.server.journal.submit(self.server.sync_ledger)
         except BaseException:
             self.server._release()
             raise
