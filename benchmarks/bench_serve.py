@@ -4,9 +4,10 @@ shared).
 1. Latency: a reset and a ``read_file`` step through OpenEnv's own client over ``/ws`` against
    the same two calls in process (:class:`~rcb_env.episode.driver.Episode` on the process's
    shared sandbox factory, bwrap), alternating call by call, p50 of each and the difference
-   (goal: under 2 ms added), also the median of the paired differences, and the round trip
-   of a ``state`` frame (the protocol's own cost: no episode work). Each iteration ends its
-   episode unscored (nothing graded) on both sides.
+   (goal: under 2 ms added), also the median of the paired differences, the same two calls
+   as raw frames from a lean client (``websockets``' sync client: the server's share), and
+   the round trip of a ``state`` frame (the protocol's own cost: no episode work). Each
+   iteration ends its episode unscored (nothing graded) on every side.
 2. Sessions held: ``--sessions`` (256) OpenEnv clients connected at once, each with an open
    episode and a step answered; the server's memory (RSS of its process tree) and processes
    before and while they are open, per open episode. ``--command``: the step is a
@@ -26,6 +27,7 @@ import time
 from typing import Any
 
 import psutil
+from websockets.sync.client import connect
 
 from benchmarks._serve import CLIENT, OPENENV_PYTHON, start, stop
 from rcb_env.episode.driver import Episode
@@ -36,6 +38,7 @@ from rcb_env.runner.episode import EvalConfig
 from rcb_env.sandbox import SandboxConfig
 
 TASK = "scaled-attention/softmax"
+READ = {"tool": "read_file", "path": "attention/core.py"}
 MiB = 1024 * 1024
 
 
@@ -54,7 +57,7 @@ class InProcess:
         episode = Episode(self.paper, self.snippet, config=self.cfg, factory=self.factory)
         t0 = time.perf_counter()
         episode.start()
-        episode.step({"tool": "read_file", "path": "attention/core.py"})
+        episode.step(READ)
         ms = (time.perf_counter() - t0) * 1000
         episode.fail(InfraError(stage="agent", type="Bench", message="not graded"))
         episode.close()
@@ -91,20 +94,43 @@ class OverWebsocket:
         return ms
 
 
+class OverLeanSocket:
+    """The same two calls as raw frames from this process (``websockets``' sync client, one
+    thread): the server's share of the added time, without OpenEnv's client's two threads."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.replace("http://", "ws://", 1) + "/ws"
+
+    def once(self) -> float:
+        with connect(self.url, compression=None, max_size=None) as ws:
+            t0 = time.perf_counter()
+            ws.send(json.dumps({"type": "reset", "data": {"task_id": TASK}}))
+            assert json.loads(ws.recv())["type"] == "observation"
+            ws.send(json.dumps({"type": "step", "data": READ}))
+            assert json.loads(ws.recv())["type"] == "observation"
+            ms = (time.perf_counter() - t0) * 1000
+            ws.send(json.dumps({"type": "close"}))
+        time.sleep(0.05)  # as above
+        return ms
+
+
 def latency(url: str, n: int) -> dict[str, Any]:
     """In process and over /ws, alternating call by call (the machine's load drifts alike on
     both); after 10 of each to warm up."""
-    local, remote = InProcess(), OverWebsocket(url)
-    pairs = [(local.once(), remote.once()) for _ in range(n + 10)][10:]
+    local, remote, lean = InProcess(), OverWebsocket(url), OverLeanSocket(url)
+    runs = [(local.once(), remote.once(), lean.once()) for _ in range(n + 10)][10:]
     state_ms = remote.state_round_trip()
-    p50_local = statistics.median(p[0] for p in pairs)
-    p50_remote = statistics.median(p[1] for p in pairs)
+    p50_local = statistics.median(r[0] for r in runs)
+    p50_remote = statistics.median(r[1] for r in runs)
+    p50_lean = statistics.median(r[2] for r in runs)
     return {
         "in_process_p50_ms": round(p50_local, 2),
         "ws_p50_ms": round(p50_remote, 2),
         "added_p50_ms": round(p50_remote - p50_local, 2),
-        "added_paired_p50_ms": round(statistics.median(r - lo for lo, r in pairs), 2),
+        "added_paired_p50_ms": round(statistics.median(r[1] - r[0] for r in runs), 2),
         "ratio": round(p50_remote / p50_local, 2),
+        "lean_client_p50_ms": round(p50_lean, 2),
+        "lean_added_p50_ms": round(p50_lean - p50_local, 2),
         "state_round_trip_p50_ms": round(state_ms, 3),
         "iterations": n,
     }
@@ -134,7 +160,7 @@ def main() -> None:
     )
     report: dict[str, Any] = {}
     try:
-        # 1. latency, call by call: in process, over /ws, in process, ...
+        # 1. latency, call by call: in process, over /ws, lean over /ws, in process, ...
         report["latency"] = latency(url, args.iterations)
         print(json.dumps(report["latency"]), flush=True)
 

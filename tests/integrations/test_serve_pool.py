@@ -163,7 +163,7 @@ def test_episodes_spread_over_two_servers_a_killed_one_costs_only_its_episodes_u
         for s in again:
             assert _running(s.reset(task_id=TASK))
         assert a in {s.server for s in again}
-        (on_a_again,) = [s for s in again if s.server == a]
+        on_a_again = next(s for s in again if s.server == a)
         body = load_tasks(None).paper("scaled-attention").snippet("softmax").reference_body
         graded = on_a_again.step({"tool": "submit", "body": body})
         assert (graded.done, graded.reward, graded.observation["scored"]) == (True, 3.0, True)
