@@ -69,7 +69,7 @@ if [ "$(cat .venv/.rcb-stamp 2>/dev/null)" != "$want" ]; then
   # uv installs from pip's own sources (scripts/pip_sources.py: mirrors, wheel folders such as
   # the CPU torch wheel's, constraints) in seconds where pip takes minutes; pip if uv fails.
   mapfile -t sources < <(.venv/bin/python scripts/pip_sources.py)
-  extras='.[agents,rl,ray,mcp,hub,verifiers,mini-swe-agent,openai-agents,smolagents,inspect,dev]'
+  extras='.[agents,rl,ray,mcp,serve,hub,verifiers,mini-swe-agent,openai-agents,smolagents,inspect,dev]'
   .venv/bin/uv pip install -q --python .venv/bin/python "${sources[@]}" \
       --index-strategy unsafe-best-match --prerelease disallow --compile-bytecode -e "$extras" \
     || pip_in .venv/bin/python install -q -e "$extras"

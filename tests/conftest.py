@@ -228,6 +228,7 @@ _LONG = frozenset(
         "test_reward_integrity.py",
         "test_published.py",
         "test_lmr.py",
+        "test_serve_pool.py",
         "test_docs.py",
         "test_cpu_share.py",
         "test_runner.py",

@@ -101,13 +101,14 @@ class RunLedger(Generic[R]):
                 self._interrupted[name] += 1
                 self._write(name, "interrupted")
 
-    def _write(self, name: str, event: str) -> None:
+    def _write(self, name: str, event: str, *, sync: bool = True) -> None:
         if self._file is None:  # opened on the first event: reading alone leaves no file
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._file = self.events.open("a", encoding="utf-8")
         self._file.write(json.dumps({"key": name, "event": event}) + "\n")
         self._file.flush()
-        os.fsync(self._file.fileno())
+        if sync:
+            os.fsync(self._file.fileno())
 
     def done(self, name: str) -> R | None:
         """The record that finished the episode ``name`` (None: it is to run)."""
@@ -125,14 +126,22 @@ class RunLedger(Generic[R]):
         with self._lock:
             return [item for item in items if key(item) not in self._done]
 
-    def start(self, name: str) -> R | None:
+    def start(self, name: str, *, sync: bool = True) -> R | None:
         """Announce that the episode ``name`` runs now (a *started* line); if it is done, its
-        record instead, and nothing is written."""
+        record instead, and nothing is written. ``sync=False``: the line is handed to the
+        system (a process killed afterwards leaves it) but not forced to disk: :meth:`sync`
+        does that later (a server answers first)."""
         with self._lock:
             recorded = self._done.get(name)
             if recorded is None:
-                self._write(name, "started")
+                self._write(name, "started", sync=sync)
             return recorded
+
+    def sync(self) -> None:
+        """Force the events written so far to disk."""
+        with self._lock:
+            if self._file is not None:
+                os.fsync(self._file.fileno())
 
     def finish(self, record: R) -> None:
         """Append ``record`` to the records file; the episode is done if it counts."""

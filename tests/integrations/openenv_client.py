@@ -5,6 +5,9 @@ run). Prints one JSON object: what each scenario saw.
 Usage: python openenv_client.py tests <base_url> <answers.json>
        python openenv_client.py oracle <base_url> <answers.json> [jobs]   (every task: the
        oracle's body, then a wrong one)
+       python openenv_client.py latency <base_url> <task>   (benchmarks/bench_serve.py: one
+       reset + step per line read, a JSON line each)
+       python openenv_client.py many <base_url> <task> <n> [command]
 """
 
 from __future__ import annotations
@@ -159,21 +162,30 @@ def oracle(url: str, answers: dict[str, list[Any]], jobs: int = 2) -> Result:
     return {"rows": sorted(rows, key=lambda r: str(r["task"]))}
 
 
-def latency(url: str, task: str, n: int) -> Result:
-    """Reset + a ``read_file`` step, ``n`` times (each on a fresh connection, closed after:
-    the episode ends unscored, nothing graded); milliseconds of the two calls."""
-    times = []
-    for i in range(n + 10):
+def latency(url: str, task: str) -> None:
+    """Reset + a ``read_file`` step, once per line read from stdin (each on a fresh connection,
+    closed after: the episode ends unscored, nothing graded): prints the two calls'
+    milliseconds. At an empty line: the round trip of a ``state`` frame (no episode work: the
+    protocol's own cost, client included), p50 of 200."""
+    for line in sys.stdin:
+        if not line.strip():
+            break
         c = client(url)
         c.connect()
         t0 = time.perf_counter()
         c.reset(task_id=task)
         c.step({"tool": "read_file", "path": "attention/core.py"})
-        if i >= 10:  # warm-up
-            times.append((time.perf_counter() - t0) * 1000)
+        print(json.dumps({"ms": (time.perf_counter() - t0) * 1000}), flush=True)
         c.close()
-        time.sleep(0.05)  # the server releases the episode's sandbox (in process: untimed too)
-    return {"ms": times}
+    c = client(url)
+    c.reset(task_id=task)
+    times = []
+    for _ in range(220):
+        t0 = time.perf_counter()
+        c.state()
+        times.append((time.perf_counter() - t0) * 1000)
+    c.close()
+    print(json.dumps({"state_ms": sorted(times[20:])[100]}), flush=True)
 
 
 def many(url: str, task: str, n: int, command: bool) -> Result:
@@ -209,7 +221,7 @@ def many(url: str, task: str, n: int, command: bool) -> Result:
 def main() -> None:
     mode, url, path, *rest = sys.argv[1:]
     if mode == "latency":
-        print(json.dumps(latency(url, path, int(rest[0]))))
+        latency(url, path)
         return
     if mode == "many":
         print(json.dumps(many(url, path, int(rest[0]), rest[1:] == ["command"])))

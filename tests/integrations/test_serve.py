@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -24,10 +25,12 @@ from websockets.sync.client import connect
 from rcb_env.integrations.pull import load_tasks
 from rcb_env.integrations.serve.protocol import schema
 from rcb_env.integrations.serve.sessions import EpisodeServer, ServeLimits
-from rcb_env.results.records import RECORDS, read_records
+from rcb_env.results.ledger import EVENTS, RunLedger, eval_ledger
+from rcb_env.results.records import RECORDS, EpisodeRecord, read_records
 from rcb_env.results.summary import summarize_run
 from rcb_env.runner.episode import EvalConfig
-from rcb_env.sandbox import SandboxConfig
+from rcb_env.sandbox import Sandbox, SandboxConfig, SandboxFactory
+from rcb_env.task.models import Paper, Snippet
 
 ROOT = Path(__file__).resolve().parents[2]
 OPENENV_PYTHON = ROOT / ".venv" / "openenv" / "bin" / "python"
@@ -371,6 +374,54 @@ def test_a_client_gone_mid_episode_is_recorded_unscored_and_the_run_reads_as_an_
     assert summary.overall is not None
 
 
+def test_the_servers_run_folder_reads_with_summary_compare_report_and_export(
+    served: Served, stock: dict[str, Any], tmp_path: Path
+) -> None:
+    """Scope 4: the commands that read an evaluation's run folder read a server's as it is
+    (its records: the oracle's 3 lines, the wrong body's 0, the unscored ones apart)."""
+    import base64
+    import gzip
+    import re
+    import shutil
+
+    from click.testing import CliRunner
+
+    from rcb_env.cli import cli
+
+    run = served.run_dir
+    records = served.records()
+    runner = CliRunner()
+    summary = runner.invoke(cli, ["summary", str(run), "--json", "--resamples", "100"])
+    assert summary.exit_code == 0, summary.output
+    numbers = json.loads(summary.output)
+    assert numbers["episodes"] == len(records)
+    assert numbers["infra_errors"] == sum(r.status == "infra_error" for r in records) > 0
+    other = tmp_path / "copy" / run.name  # a second run to compare with: the same records
+    shutil.copytree(run, other)
+    compared = runner.invoke(cli, ["compare", str(run), str(other), "--resamples", "100"])
+    assert compared.exit_code == 0, compared.output
+    assert run.name in compared.output
+    page = tmp_path / "report.html"
+    report = runner.invoke(cli, ["report", str(run), "-o", str(page)])
+    assert report.exit_code == 0, report.output
+    packed = re.findall(r'id="ep-\d+">([^<]+)</script>', page.read_text())  # gzip, base64
+    shown = [json.loads(gzip.decompress(base64.b64decode(p))) for p in packed]
+    assert sorted(e["episode_id"] for e in shown) == sorted(r.episode_id for r in records)
+    assert {e["agent"]["name"] for e in shown} == {"openenv"}
+    scored = [r for r in records if r.reason == "submit"]
+    out = tmp_path / "trajectories.jsonl"
+    exported = runner.invoke(cli, ["export", "run", str(run), "--keep-incomplete", "-o", str(out)])
+    assert exported.exit_code == 0, exported.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted((t["task_id"], t["sample"], t["reward"]) for t in lines) == sorted(
+        (r.snippet_id, r.sample, None if r.status == "infra_error" else r.reward) for r in records
+    )  # an unscored episode's reward: none
+    atif = tmp_path / "atif"
+    as_atif = runner.invoke(cli, ["export", "run", str(run), "--format", "atif", "-o", str(atif)])
+    assert as_atif.exit_code == 0, as_atif.output
+    assert len(list(atif.iterdir())) >= len(scored)
+
+
 def test_sigterm_drains_an_open_episode_is_recorded_interrupted(served: Served) -> None:
     ws = _ws(served)
     ws.send(json.dumps({"type": "reset", "data": {"task_id": TASK, "episode_id": "drained"}}))
@@ -445,6 +496,75 @@ def test_the_reaper_ends_idle_and_overlong_episodes_and_keeps_the_session(
     assert record.reason == reason
     assert record.status == "truncated"
     assert record.passed is False
+
+
+class _FactorySayingWhenStarted(SandboxFactory):
+    """A sandbox factory that says when its last sandbox has started."""
+
+    def __init__(self, config: SandboxConfig, started: threading.Event) -> None:
+        super().__init__(config)
+        self.started = started
+
+    def create(self, paper: Paper, snippet: Snippet) -> Sandbox:
+        sandbox = super().create(paper, snippet)
+        self.started.set()
+        return sandbox
+
+
+class _LedgerSlowToDisk(RunLedger[EpisodeRecord]):
+    """The eval ledger, whose forcing of a line to disk waits until ``allowed`` (at most 5 s;
+    each wait noted: True when it ran out) and notes whether the sandbox had started."""
+
+    def __init__(self, records: Path, allowed: threading.Event, started: threading.Event) -> None:
+        plain = eval_ledger(records)
+        super().__init__(records, model=EpisodeRecord, key=plain.key, counts=plain.counts)
+        self.allowed = allowed
+        self.started = started
+        self.waited_out: list[bool] = []
+        self.after_the_sandbox: list[bool] = []
+
+    def start(self, name: str, *, sync: bool = True) -> EpisodeRecord | None:
+        if sync:
+            self.waited_out.append(not self.allowed.wait(timeout=5))
+        return super().start(name, sync=sync)
+
+    def sync(self) -> None:
+        self.after_the_sandbox.append(self.started.is_set())
+        self.waited_out.append(not self.allowed.wait(timeout=5))
+        super().sync()
+
+
+def test_a_resets_started_line_is_written_before_the_answer_and_synced_off_its_path(
+    tmp_path: Path,
+) -> None:
+    """The started line's fsync (0.2-5 ms on a busy disk, and a sandbox starting beside it
+    slows by as much) is not waited for by the reset: the line is written (a killed server
+    leaves it) when the reset is answered, and forced to disk after the sandbox started."""
+    cfg = EvalConfig(agent="openenv", sandbox=SandboxConfig(backend="local"))
+    server = EpisodeServer(load_tasks(None), cfg, tmp_path / "run")
+    allowed, started = threading.Event(), threading.Event()
+    server.factory = _FactorySayingWhenStarted(cfg.sandbox, started)
+    ledger = _LedgerSlowToDisk(tmp_path / "run" / RECORDS, allowed, started)
+    server.ledger = ledger
+
+    async def reset() -> tuple[dict[str, Any] | None, str]:
+        session = server.connect({"client": "test"})
+        answer = await session.answer(json.dumps({"type": "reset", "data": {"task_id": TASK}}))
+        written = (tmp_path / "run" / EVENTS).read_text()
+        allowed.set()
+        await session.disconnected()
+        return answer, written
+
+    try:
+        answer, written = asyncio.run(reset())
+    finally:
+        server.close()
+        server.factory.close()
+    assert answer is not None
+    assert answer["data"]["observation"]["status"] == "running"
+    assert json.loads(written) == {"key": f"{TASK}#0", "event": "started"}
+    assert ledger.waited_out == [False]  # synced once, after the answer
+    assert ledger.after_the_sandbox == [True]  # not beside its start
 
 
 def test_a_token_is_needed_off_loopback_and_must_stand_in_a_url() -> None:

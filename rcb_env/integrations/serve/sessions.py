@@ -118,6 +118,8 @@ class EpisodeServer:
         self.executor = ThreadPoolExecutor(
             max_workers=min(self.limits.max_episodes, 64) + 2, thread_name_prefix="rcb-serve"
         )
+        self.journal = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rcb-serve-ledger")
+        """Forces the ledger's started lines to disk, off the resets' path."""
         self._lock = threading.Lock()
         self.open_episodes = 0
         self.sessions: set[ServedSession] = set()
@@ -204,6 +206,13 @@ class EpisodeServer:
             "run_id": self.run_id,
         }
 
+    def sync_ledger(self) -> None:
+        """Force the started lines written so far to disk (in :attr:`journal`)."""
+        try:
+            self.ledger.sync()
+        except OSError:
+            log.exception("serve: the run's started lines could not be forced to disk")
+
     # housekeeping ---------------------------------------------------------------------------
     async def reap(self, now: float | None = None) -> int:
         """End the episodes idle past ``idle_s`` or open past ``episode_wall_s`` (each graded
@@ -262,6 +271,7 @@ class EpisodeServer:
     def close(self) -> None:
         """Wait for the work in flight; release the sandboxes' warm processes and templates."""
         self.executor.shutdown(wait=True)
+        self.journal.shutdown(wait=True)
         self.ledger.close()
         shared.close_shared()
 
@@ -379,8 +389,14 @@ class ServedSession:
                 episode_id=request.episode_id
                 or f"{snippet.slug[:40]}-s{self.sample}-{secrets.token_hex(4)}",
             )
-            self.server.ledger.start(episode_key(snippet.id, self.sample))
-            text, _info = self.episode.start()
+            # the started line: written now (a server killed from here on leaves it), forced
+            # to disk once the sandbox has started, while the answer goes out (an fsync beside
+            # a sandbox's start slows the start by the fsync's time, 0.2-5 ms on a busy disk)
+            self.server.ledger.start(episode_key(snippet.id, self.sample), sync=False)
+            try:
+                text, _info = self.episode.start()
+            finally:
+                self.server.journal.submit(self.server.sync_ledger)
         except BaseException:
             self.server._release()
             raise
