@@ -22,7 +22,22 @@ session=${RCB_DOCKERD_RUN:-/run/rcb-env-dockerd}
 
 answers() { DOCKER_HOST="unix://$1/docker.sock" docker info >/dev/null 2>&1; }
 
-# Start dockerd with its state in $1; the caller waits for it.
+# One engine per data root: two on the same root break each other (the second's containerd
+# never starts). The engine holds "$data.lock" (an flock on fd 9, inherited) while it runs; a
+# command that would start a second one waits for the first to end, up to $RCB_DOCKERD_WAIT_S
+# (default an hour), saying so. Several commands share one engine with `start`.
+take_data_root() {
+  mkdir -p "$(dirname "$data")"
+  exec 9>"$data.lock"
+  flock -n 9 && return 0
+  echo "[with-dockerd] another command's private engine uses $data; waiting for it to end" \
+    "(run '$0 start' once to share one engine between commands)" >&2
+  flock -w "${RCB_DOCKERD_WAIT_S:-3600}" 9 && return 0
+  echo "[with-dockerd] $data is still in use after ${RCB_DOCKERD_WAIT_S:-3600} s; giving up" >&2
+  return 1
+}
+
+# Start dockerd with its state in $1 (the data root's lock taken); the caller waits for it.
 launch() {
   local run=$1
   mkdir -p "$data" "$run"
@@ -69,6 +84,7 @@ case "${1:-}" in
       exit 0
     fi
     can_start || { echo "[with-dockerd] starting an engine needs root and dockerd" >&2; exit 1; }
+    take_data_root || exit 1
     halt "$session"
     launch "$session"
     wait_for "$session" || { halt "$session"; exit 1; }
@@ -114,10 +130,11 @@ if ! can_start; then
   exec "$@"
 fi
 
+take_data_root || exit 1
 run=$(mktemp -d /tmp/rcb-dockerd.XXXXXX)
 trap 'halt "$run"' EXIT
 launch "$run"
 wait_for "$run"
 export DOCKER_HOST="unix://$run/docker.sock"
 echo "[with-dockerd] private engine at $DOCKER_HOST (pid $(cat "$run/dockerd.pid"))" >&2
-"$@"
+"$@" 9>&-

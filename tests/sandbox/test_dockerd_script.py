@@ -1,5 +1,6 @@
 """scripts/with-dockerd.sh start/stop: one private engine for a whole session, found by later
-commands (the script's and rcb-env's own Docker client) without DOCKER_HOST."""
+commands (the script's and rcb-env's own Docker client) without DOCKER_HOST; never a second
+engine on the same data root."""
 
 from __future__ import annotations
 
@@ -83,6 +84,25 @@ def test_a_started_engine_serves_later_commands_until_stopped() -> None:
         )
         assert found.returncode == 0, found.stderr
         assert found.stdout.splitlines()[-1] == f"unix://{run}/docker.sock"
+
+        # a second engine on the same data root would break this one: a command that would
+        # start one (another session folder, so this engine is not found) waits for the data
+        # root, then gives up with a message; this engine is untouched
+        other = {**env, "RCB_DOCKERD_RUN": str(top / "other"), "RCB_DOCKERD_WAIT_S": "1"}
+        for args in (["start"], ["true"]):
+            second = subprocess.run(
+                ["bash", str(SCRIPT), *args],
+                check=False,
+                env=other,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert second.returncode == 1, second.stderr
+            assert "another command's private engine uses" in second.stderr
+            assert "giving up" in second.stderr
+            assert _alive(pid)
+        assert script("status").returncode == 0
 
         stopped = script("stop")
         assert stopped.returncode == 0
