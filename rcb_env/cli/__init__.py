@@ -18,6 +18,7 @@ from rcb_env.cli import (
     report,
     results,
     serve,
+    synth,
     tasks,
     validate,
 )
@@ -38,6 +39,7 @@ _COMMANDS = (
     report,
     results,
     serve,
+    synth,
     tasks,
     validate,
 )

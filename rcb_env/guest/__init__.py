@@ -10,6 +10,7 @@ the others it needs (:func:`source`, :func:`ship`):
   reader, the verdict rules, how a body is read back from an edited file;
 - :mod:`.warm_child`, the warm grading process;
 - :mod:`.scanner` (the leak audit) and :mod:`.survivor_probe` (test strength);
+- :mod:`.coverage_probe`, the lines a paper's test executes (``rcb-env synth``);
 - :mod:`.harbor_verify`, the verifier of an exported Harbor task.
 
 The host imports some of them too (the policy checks a body before a sandbox starts; the
@@ -34,6 +35,7 @@ NAMES = (
     "scanner",
     "survivor_probe",
     "harbor_verify",
+    "coverage_probe",
 )
 
 
