@@ -1,12 +1,15 @@
-"""Which lines of a paper's annotated files its test executes while the reference runs.
+"""Which lines of a paper's code its test executes while the reference runs.
 
-The paper's folder is copied (its annotated files without markers, so the line numbers are
-those of the synthesised pset), :mod:`rcb_env.guest.coverage_probe` is put beside the test, and
-the test runs under the paper's interpreter on the paper's grading executor: the same sandbox
-(bwrap, docker, ...) and interpreter a grading run uses, as one cold command, like the survivor
-probe's (:mod:`rcb_env.validation.survivors`). The probe traces with :func:`sys.settrace`,
-which every CPython the papers pin has (no ``coverage`` package needed in the paper's
-environment), and only in frames of the annotated files.
+The code is every Python file of the paper the solver may read (:func:`code_files`: the
+annotated files and the rest of the repository; not the test, not the reference copies nor
+any other hidden path). The paper's folder is copied (its annotated files without markers, so
+the line numbers are those of the synthesised pset), :mod:`rcb_env.guest.coverage_probe` is
+put beside the test, and the test runs under the paper's interpreter on the paper's grading
+executor: the same sandbox (bwrap, docker, ...) and interpreter a grading run uses, as one cold
+command, like the survivor probe's (:mod:`rcb_env.validation.survivors`). The probe traces with
+:func:`sys.settrace`, which every CPython the papers pin has (no ``coverage`` package needed in
+the paper's environment; the published environments are 3.11, without ``sys.monitoring``),
+and only in frames of those files.
 """
 
 from __future__ import annotations
@@ -21,14 +24,39 @@ from rcb_env.sandbox import scratch as scratch_dirs
 from rcb_env.sandbox.base import Command, Executor
 from rcb_env.task import annotations as ann
 from rcb_env.task import environments as envs
+from rcb_env.task import loader
 from rcb_env.task.models import Paper
 
 PROBE = guest.source("coverage_probe")
 _OUT = "_rcb_coverage.json"
 
 
+#: Larger Python files are data, not code to learn from.
+MAX_FILE_BYTES = 512_000
+
+
 class Coverage(dict[str, set[int]]):
     """file -> executed lines (1-based, marker-free text)."""
+
+
+def code_files(paper: Paper) -> dict[str, str]:
+    """The paper's Python files a synthesised snippet may lie in, with their text (annotated
+    files with their published markers): the annotated files, then every other ``.py`` file
+    of the folder that is not hidden from the solver (the test, ``*_ref.py``, the overlay's
+    hidden paths) and not a link."""
+    out = {f.path: f.text for f in paper.annotated_files if f.path.endswith(".py")}
+    for rel in loader.walk_files(paper.root):
+        path = paper.root / rel
+        if (
+            rel in out
+            or not rel.endswith(".py")
+            or loader.is_hidden(rel, paper.hidden_patterns)
+            or path.is_symlink()
+            or path.stat().st_size > MAX_FILE_BYTES
+        ):
+            continue
+        out[rel] = path.read_text(encoding="utf-8", errors="replace")
+    return out
 
 
 def measure(paper: Paper, executor: Executor, *, scratch: Path, timeout_s: float) -> Coverage:
@@ -40,7 +68,7 @@ def measure(paper: Paper, executor: Executor, *, scratch: Path, timeout_s: float
     scratch.mkdir(parents=True, exist_ok=True)
     work = scratch_dirs.make("rcb-coverage-", scratch)
     work.chmod(0o755)
-    files = [f.path for f in paper.annotated_files]
+    files = list(code_files(paper))
     try:
         copy = work / "paper"
         shutil.copytree(paper.root, copy, ignore=shutil.ignore_patterns(".git", "__pycache__"))

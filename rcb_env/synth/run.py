@@ -202,11 +202,12 @@ def proposals(
     code = frozenset().union(*(distinctive(s.reference_body.splitlines()) for s in paper.snippets))
     regions: list[Region] = []
     dropped: list[Dropped] = []
-    for f in paper.annotated_files:
-        if not f.path.endswith(".py"):
-            continue
-        published, text = published_in(f.text, f.path, code)
-        kept, out = propose(f.path, text, executed.get(f.path, set()), published, rules)
+    for path, original in coverage.code_files(paper).items():
+        published, text = published_in(original, path, code)
+        try:
+            kept, out = propose(path, text, executed.get(path, set()), published, rules)
+        except SyntaxError:
+            continue  # not Python this interpreter reads (a Python 2 file, a template)
         regions += kept
         dropped += out
     return regions, dropped
@@ -234,10 +235,15 @@ def write_pset(source: Pset, papers: dict[str, list[Region]], dest: Path) -> Non
         shutil.copytree(
             paper.root, target, symlinks=True, ignore=shutil.ignore_patterns(".git", "__pycache__")
         )
-        for f in paper.annotated_files:
-            mine = [r for r in regions if r.file == f.path]
-            (target / f.path).write_bytes(mark(ann.strip_markers(f.text), mine).encode())
-        entries.append(paper.meta.model_dump(mode="json"))
+        annotated = [f.path for f in paper.annotated_files]
+        files = coverage.code_files(paper)
+        for path in sorted({*annotated, *(r.file for r in regions)}):
+            mine = [r for r in regions if r.file == path]
+            code = files[path] if path in files else paper.file_text(path)
+            (target / path).write_bytes(mark(ann.strip_markers(code), mine).encode())
+        listed = tuple(dict.fromkeys([*annotated, *sorted({r.file for r in regions})]))
+        meta = paper.meta.model_copy(update={"annotated_file_paths": listed})
+        entries.append(meta.model_dump(mode="json"))
     text = io.StringIO()
     YAML(typ="safe", pure=True).dump(entries, text)
     (dest / loader.PAPERS_YAML).write_text(text.getvalue())
@@ -467,7 +473,7 @@ class _Synthesis:
     def _entry(self, final: Pset, sid: str, r: Region, v: Verdict) -> SynthSnippet:
         paper_id = sid.partition("/")[0]
         s = final.paper(paper_id).snippet(r.name)
-        original = self.source.paper(paper_id).file_text(r.file)
+        original = coverage.code_files(self.source.paper(paper_id))[r.file]
         children = len(s.children)
         return SynthSnippet(
             id=sid,
@@ -504,7 +510,7 @@ def apart(paper: Paper, region: Region) -> None:
         TouchesTestSetError: it does.
     """
     code = frozenset().union(*(distinctive(s.reference_body.splitlines()) for s in paper.snippets))
-    published, text = published_in(paper.file_text(region.file), region.file, code)
+    published, text = published_in(coverage.code_files(paper)[region.file], region.file, code)
     clash = published.clash(region)
     lines = text.splitlines()[region.start - 1 : region.end]
     repeated = published.repeats(lines)
