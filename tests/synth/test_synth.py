@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from rcb_env.cli import cli
 from rcb_env.sandbox import SandboxConfig
 from rcb_env.synth import manifest as synth_manifest
+from rcb_env.synth import run as synth_run
 from rcb_env.synth.propose import Published, Region, Rules, mark, propose
 from rcb_env.synth.run import (
     LEDGER,
@@ -298,3 +299,21 @@ def test_eval_refuses_a_training_set_beside_its_test_set(tmp_path: Path) -> None
     assert refused.exit_code == 2, refused.output
     assert "test set" in refused.output
     assert "--with-test-set" in refused.output
+
+
+def test_a_snippet_outside_the_annotated_files_is_written_and_loads(tmp_path: Path) -> None:
+    """The rest of the repository is proposed from too: a region in a file the paper does not
+    annotate is marked there, the file is listed among the paper's annotated files, and the
+    written pset loads it with the official line weight; published markers are gone."""
+    source = load(_source(tmp_path / "src"))
+    paper = source.paper("tiny")
+    everything = {f: set(range(1, 200)) for f in ("stats.py", "helpers.py")}
+    regions, _ = proposals(paper, everything, Rules())
+    outside = [r for r in regions if r.file == "helpers.py"]
+    assert outside
+    synth_run.write_pset(source, {"tiny": outside}, tmp_path / "out")
+    written = load(tmp_path / "out").paper("tiny")
+    assert written.meta.annotated_file_paths == ("stats.py", "helpers.py")
+    assert {s.name for s in written.snippets} == {r.name for r in outside}
+    assert all(s.weight == r.weight for s, r in zip(written.snippets, outside, strict=True))
+    assert "paper2code" not in (tmp_path / "out" / "tiny" / "stats.py").read_text()
