@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from rcb_env.cli import cli
+from rcb_env.errors import ConfigError
 from rcb_env.sandbox import SandboxConfig
 from rcb_env.synth import manifest as synth_manifest
 from rcb_env.synth import run as synth_run
@@ -317,3 +318,17 @@ def test_a_snippet_outside_the_annotated_files_is_written_and_loads(tmp_path: Pa
     assert {s.name for s in written.snippets} == {r.name for r in outside}
     assert all(s.weight == r.weight for s, r in zip(written.snippets, outside, strict=True))
     assert "paper2code" not in (tmp_path / "out" / "tiny" / "stats.py").read_text()
+
+
+def test_the_by_paper_split_holds_papers_out(tmp_path: Path) -> None:
+    """--holdout: a held-out paper is not synthesised from and its manifest names it as the
+    test set; an unknown paper is refused before anything runs."""
+    source = load(_source(tmp_path / "src"))
+    plan = SynthPlan(sandbox=SandboxConfig(backend="local"), holdout=("tiny",))
+    result = synthesize(source, plan, tmp_path / "train", Local())
+    assert result.candidates == 0
+    assert result.manifest.papers == ()
+    assert result.manifest.test_set.held_out == ("tiny",)
+    assert not (tmp_path / "train" / "tiny").exists()
+    with pytest.raises(ConfigError, match="no paper named nope"):
+        synthesize(source, plan.model_copy(update={"holdout": ("nope",)}), tmp_path / "x", Local())
