@@ -19,6 +19,7 @@ from rcb_env.cli import (
     report,
     results,
     serve,
+    synth,
     tasks,
     validate,
 )
@@ -40,6 +41,7 @@ _COMMANDS = (
     report,
     results,
     serve,
+    synth,
     tasks,
     validate,
 )

@@ -34,6 +34,7 @@ from rcb_env.runner.dispatchers import Dispatcher, dispatcher_for
 from rcb_env.runner.episode import EvalConfig
 from rcb_env.runner.eval import runnable
 from rcb_env.runner.spec import FLAT, NEGATED, ModelChoice, RunSpec, SandboxRefusedError
+from rcb_env.synth.manifest import test_set_mixed
 from rcb_env.task.models import Pset
 from rcb_env.task.selection import load_subset, select_subset
 
@@ -67,6 +68,7 @@ _FIELD_FLAGS: dict[str, dict[str, Any]] = {
     "concurrency": {},
     "no_paper": {"fallback_help": "single-shot: leave the paper out (ablation)."},
     "logprobs": {},
+    "with_test_set": {},
 }
 #: Parts of the run whose fields are no model's (a mapping the agents check).
 _KINDS = {"eval.model": ModelChoice}
@@ -120,6 +122,12 @@ def eval_cmd(config_file: Path | None, **flags: Any) -> None:
     where = spec.dispatch
     dispatcher = dispatcher_for(where.ray, jobs=where.jobs, warm=where.warm)
     loaded = _selection(spec, cfg, dispatcher)
+    mixed = test_set_mixed(loaded)
+    if mixed and not spec.selection.with_test_set:
+        raise click.UsageError(
+            f"the selection mixes a synthesised training set with {len(mixed)} snippet(s) of its "
+            f"test set (e.g. {mixed[0]}): evaluate them in separate runs, or pass --with-test-set"
+        )
     run_dir = spec.resume if spec.resume is not None else new_run_dir(spec.runs_dir)
     summary = _run(spec, cfg, dispatcher, loaded, run_dir)
     _report(summary, run_dir)

@@ -10,6 +10,7 @@ the others it needs (:func:`source`, :func:`ship`):
   reader, the verdict rules, how a body is read back from an edited file;
 - :mod:`.warm_child`, the warm grading process;
 - :mod:`.scanner` (the leak audit) and :mod:`.survivor_probe` (test strength);
+- :mod:`.coverage_probe`, the lines a paper's test executes (``rcb-env synth``);
 - :mod:`.harbor_verify`, the verifier of an exported Harbor task, and :mod:`.rates`, the
   paper's two rates (the host's summary uses them; an exported Harbor dataset runs them as its
   ``metric.py`` on Harbor's side, with whatever Python ``uv`` finds).
@@ -37,6 +38,7 @@ NAMES = (
     "survivor_probe",
     "harbor_verify",
     "rates",
+    "coverage_probe",
 )
 
 

@@ -162,6 +162,7 @@ FLAT: dict[str, str] = {
     "papers": "selection.papers",
     "snippets": "selection.snippets",
     "subset": "selection.subset",
+    "with_test_set": "selection.with_test_set",
     "jobs": "dispatch.jobs",
     "ray": "dispatch.ray",
     "ray_address": "dispatch.ray",
@@ -211,6 +212,9 @@ class Selection(Frozen):
     """Only these snippets: <paper>/<name> or <name>."""
     subset: str | None = None
     """Only the snippets of this named subset (``verified``) or subset file."""
+    with_test_set: bool = False
+    """Run a synthesised training set (``rcb-env synth``) together with its own test set
+    (refused otherwise)."""
 
     @field_validator("pset", "papers", "snippets", mode="before")
     @classmethod

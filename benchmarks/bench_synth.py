@@ -1,0 +1,144 @@
+"""``rcb-env synth`` on published papers: verified training snippets per hour, and what a run
+over every runnable paper would take.
+
+1. baseline, measured in the same run: one cold reference run of each verified paper's test
+   (the unit every check is made of);
+2. the census: coverage and proposal on every runnable paper (``--census``: candidates per
+   paper, what the static rules dropped);
+3. ``synth`` itself on ``--paper`` papers (``--limit`` candidates each, ``--jobs``): kept per
+   paper, drop reasons, seconds per candidate, verified snippets per hour, each stage's time
+   and the ratio to the baseline;
+4. the projection: the census's candidates at the measured seconds per candidate and kept rate.
+
+Run by hand after ``make published`` (not in CI; minutes to hours):
+``.venv/bin/python -m benchmarks.bench_synth --paper minp --paper Tanh-Init --jobs 2``.
+The machine is shared and noisy: the ratio to the baseline is what carries over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from rcb_env.dispatch.runnable import RunsOn
+from rcb_env.grading.grader import Grader, GradingConfig
+from rcb_env.runner.eval import runnable
+from rcb_env.sandbox import SandboxConfig, SandboxFactory
+from rcb_env.synth import coverage
+from rcb_env.synth.propose import Rules
+from rcb_env.synth.run import SynthPlan, proposals, synthesize
+from rcb_env.task import load
+from rcb_env.task.models import Pset
+from rcb_env.validation.dispatcher import Local
+
+
+def _census(pset: Pset, sandbox: SandboxConfig) -> dict[str, tuple[int, Counter[str], float]]:
+    """Per paper: candidates, static drops by reason, seconds of the coverage run."""
+    out = {}
+    factory = SandboxFactory(sandbox.model_copy(update={"warm_grading": False}))
+    try:
+        for p in pset.papers:
+            start = time.perf_counter()
+            try:
+                found = coverage.measure(
+                    p, factory.grading_executor(p), scratch=factory.scratch, timeout_s=600
+                )
+            except Exception as exc:
+                print(f"  {p.id}: coverage failed: {exc}")
+                continue
+            took = time.perf_counter() - start
+            regions, dropped = proposals(p, found, Rules())
+            out[p.id] = (len(regions), Counter(d.reason for d in dropped), took)
+            print(f"  {p.id:30s} {len(regions):4d} candidates ({took:5.1f} s coverage)", flush=True)
+    finally:
+        factory.close()
+    return out
+
+
+def _baseline(pset: Pset, sandbox: SandboxConfig) -> dict[str, float]:
+    """Seconds of one cold reference run of each paper's test."""
+    factory = SandboxFactory(sandbox.model_copy(update={"warm_grading": False}))
+    out = {}
+    try:
+        for p in pset.papers:
+            grader = Grader(GradingConfig(), executor=factory.grading_executor(p))
+            s = p.snippets[0]
+            start = time.perf_counter()
+            result = grader.grade(p, s, s.reference_body)
+            out[p.id] = time.perf_counter() - start
+            print(f"  {p.id:30s} reference {result.outcome.value} in {out[p.id]:.1f} s")
+    finally:
+        factory.close()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--pset", default="researchcodebench")
+    parser.add_argument("--paper", action="append", default=[])
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--limit", type=int, default=12)
+    parser.add_argument("--cap", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sandbox", default="bwrap")
+    parser.add_argument("--census", action="store_true", help="Also census every runnable paper.")
+    parser.add_argument("--out", type=Path, help="Where the training pset goes (default: a temp).")
+    args = parser.parse_args()
+    sandbox = SandboxConfig(backend=args.sandbox)
+    whole, _ = runnable(load(args.pset), RunsOn(sandbox, GradingConfig()), here=True)
+    scratch = Path(tempfile.mkdtemp(prefix="rcb-bench-synth-"))
+
+    census = {}
+    if args.census:
+        print(f"census of {len(whole.papers)} runnable papers (coverage + proposal):")
+        census = _census(whole, sandbox)
+    chosen = load(args.pset, papers=set(args.paper))
+    print("baseline: one cold reference run per paper")
+    base = _baseline(chosen, sandbox)
+
+    plan = SynthPlan(
+        sandbox=sandbox, jobs=args.jobs, limit=args.limit, cap=args.cap, repeat=args.repeat
+    )
+    out = args.out or scratch / "train"
+    print(f"synth on {', '.join(args.paper)} (--limit {args.limit} --jobs {args.jobs}) -> {out}")
+    result = synthesize(chosen, plan, out, Local())
+    m = result.manifest
+    per_paper = Counter(s.provenance.paper for s in m.snippets)
+    tried = Counter(d.paper for d in m.dropped if d.stage != "propose") + per_paper
+    print(f"  wall {result.wall_s:.0f} s; stages: {result.stage_s}")
+    for pid in args.paper:
+        print(f"  {pid:30s} kept {per_paper[pid]:3d} of {tried[pid]:3d} candidates verified")
+    reasons = Counter(d.reason for d in m.dropped if d.stage != "propose")
+    print(f"  dropped while verifying: {dict(reasons)}")
+    static = Counter(d.reason for d in m.dropped if d.stage == "propose")
+    print(f"  dropped by the static rules: {dict(static)}")
+    scores = sorted(s.difficulty.mutation_score for s in m.snippets)
+    sizes = sorted(s.weight for s in m.snippets)
+    if m.snippets:
+        median = scores[len(scores) // 2]
+        print(f"  sizes (lines) {sizes}; mutation scores min {scores[0]} median {median}")
+    candidates = sum(tried.values())
+    per_candidate = result.wall_s / max(1, candidates)
+    kept = len(m.snippets)
+    per_hour = kept / result.wall_s * 3600 if result.wall_s else 0.0
+    unit = sum(base.values()) / max(1, len(base))
+    print(
+        f"  {per_candidate:.1f} s per candidate = {per_candidate / unit:.1f} reference runs; "
+        f"{per_hour:.0f} verified snippets per hour on {args.jobs} jobs"
+    )
+    if census and candidates:
+        total = sum(n for n, _, _ in census.values())
+        rate = kept / candidates
+        hours = total * per_candidate / 3600
+        print(
+            f"projection over {len(census)} papers: {total} candidates, about {total * rate:.0f} "
+            f"verified (kept rate {rate:.2f}) in about {hours:.1f} h at {args.jobs} jobs "
+            "(the papers' test times differ: see the census's coverage seconds)"
+        )
+
+
+if __name__ == "__main__":
+    main()
