@@ -26,6 +26,8 @@ SANDBOXED = (
     ("hacks",),
     ("conformance",),
     ("mcp", "serve"),
+    ("regrade", "."),
+    ("synth", "--pset", "tasks", "-o", "synth-out"),
 )
 
 
