@@ -143,20 +143,29 @@ def _compare(
     kind: str, work: Callable[[], float], busy: Callable[[], AbstractContextManager[None]]
 ) -> None:
     """Time ``work`` alone, beside the busy run, and alone again (the machine is shared: its
-    other load may change meanwhile, so the slower of the two times alone is the baseline)."""
+    other load may change meanwhile, so the slower of the two times alone is the baseline).
+    ``make test`` runs these tests beside the static checks and an install (mypy, uv): a burst of
+    that load during the busy phase alone can slow it with no fault of the sandbox's, so a
+    comparison over the limit is made again, up to three times; a run that is really starved
+    beside the busy sessions is over the limit every time."""
     work()  # the interpreter's files in the page cache
-    before = work()
-    with busy():
-        time.sleep(0.5)  # spread over the cores
-        loaded = work()
-    after = work()
-    alone = max(before, after)
-    ratio = loaded / alone
-    print(
-        f"{kind}: alone {before:.2f} s and {after:.2f} s, "
-        f"beside {BUSY} busy sessions {loaded:.2f} s: {ratio:.2f}x"
-    )
-    assert ratio < MAX_RATIO, f"alone {alone:.2f} s, beside {BUSY} busy sessions {loaded:.2f} s"
+    seen = []
+    for _attempt in range(3):
+        before = work()
+        with busy():
+            time.sleep(0.5)  # spread over the cores
+            loaded = work()
+        after = work()
+        alone = max(before, after)
+        ratio = loaded / alone
+        print(
+            f"{kind}: alone {before:.2f} s and {after:.2f} s, "
+            f"beside {BUSY} busy sessions {loaded:.2f} s: {ratio:.2f}x"
+        )
+        seen.append(f"alone {alone:.2f} s, beside {BUSY} busy sessions {loaded:.2f} s")
+        if ratio < MAX_RATIO:
+            return
+    raise AssertionError("; ".join(seen))
 
 
 def _stop(pid: int) -> None:
