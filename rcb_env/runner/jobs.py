@@ -9,9 +9,9 @@ from typing import Any
 
 from rcb_env.dispatch.ray import Node, TaskRef, watchdog_s
 from rcb_env.dispatch.runnable import split
-from rcb_env.grading.grader import Grader, GradingConfig
 from rcb_env.runner.episode import EvalConfig, make_agent_factory, run_episode
 from rcb_env.sandbox import SandboxConfig
+from rcb_env.validation.jobs import GradingJob
 
 
 @dataclass(frozen=True)
@@ -67,33 +67,11 @@ class EvalGroup:
 
 
 @dataclass(frozen=True)
-class RegradeJob:
+class RegradeJob(GradingJob):
     """A stored episode's candidate graded again against its snippet as the node has it
-    (:mod:`rcb_env.runner.regrade`); its result is the verdict (JSON)."""
-
-    task: TaskRef
-    sample: int
-    body: str
-    sandbox: SandboxConfig
-    grading: GradingConfig
+    (:mod:`rcb_env.runner.regrade`); ``index`` is the episode's sample. Its result is the
+    verdict (JSON)."""
 
     @property
     def key(self) -> str:
-        return f"{self.task.id}#{self.sample}"
-
-    @property
-    def home(self) -> str:
-        return self.task.paper_id
-
-    def deadline_s(self) -> float:
-        """The body's test runs and the pristine paper's, each with its retries."""
-        return watchdog_s(
-            2 * self.grading.timeout_s * (1 + self.grading.kill_retries), sandbox=self.sandbox
-        )
-
-    def run(self, node: Node) -> dict[str, Any]:
-        _pset, paper, snippet = node.snippet(self.task)
-        node.prepare(paper)
-        grader = Grader(self.grading, executor=node.factory.grading_executor(paper))
-        data: dict[str, Any] = grader.grade(paper, snippet, self.body).model_dump(mode="json")
-        return data
+        return f"{self.task.id}#{self.index}"

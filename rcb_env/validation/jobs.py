@@ -18,8 +18,9 @@ from rcb_env.verdicts import FailureKind, Outcome
 
 
 @dataclass(frozen=True)
-class _Grading:
-    """One body graded against a snippet (the reward-hack suite); its result is the verdict
+class GradingJob:
+    """One body graded against a snippet on a node (the reward-hack suite's bodies; a stored
+    run's candidates, :class:`rcb_env.runner.jobs.RegradeJob`); its result is the verdict
     (JSON)."""
 
     task: TaskRef
@@ -98,7 +99,7 @@ def grade_on_ray(
     """Each body graded as a job (connect first): the reward-hack suite on the nodes."""
     snippet = tasks_on_node(where).paper(paper_id).snippet(snippet_name)
     task = TaskRef(where, None, paper_id, snippet_name, task_hash(snippet))
-    jobs = [_Grading(task, i, body, sandbox, grading) for i, body in enumerate(bodies)]
+    jobs = [GradingJob(task, i, body, sandbox, grading) for i, body in enumerate(bodies)]
     with RayDispatcher(None) as dispatcher:
         graded = dispatcher.results(jobs)
     return [GradeResult.model_validate(r) for r in graded]
@@ -113,7 +114,7 @@ def mutants_on_ray(
 
     def grade_all(cases: Sequence[Case], done: Callable[[Case, GradeResult], None]) -> None:
         jobs = [
-            _Grading(
+            GradingJob(
                 TaskRef(where, None, c.paper.id, c.snippet.name, task_hash(c.snippet)),
                 i,
                 c.mutant.body,
@@ -124,7 +125,7 @@ def mutants_on_ray(
         ]
         case_of = {job.key: c for job, c in zip(jobs, cases, strict=True)}
 
-        def failed(job: _Grading, why: str) -> None:
+        def failed(job: GradingJob, why: str) -> None:
             c = case_of[job.key]
             done(
                 c,
