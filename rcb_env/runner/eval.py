@@ -208,7 +208,9 @@ def run_eval(
         _run_rounds(episodes, todo, infra_retries, retry_delay_s, on_plan, run_id)
     finally:
         episodes.close()
-    _record_stop(run_dir, episodes, len(_pending(pset, cfg, run_dir / RECORDS)))
+    # what is left to do is read again only when a ceiling stopped the run
+    left = len(_pending(pset, cfg, run_dir / RECORDS)) if episodes.reached is not None else 0
+    _record_stop(run_dir, episodes, left)
     return summarize_run(run_dir)
 
 
@@ -217,6 +219,8 @@ def _record_stop(run_dir: Path, episodes: _Episodes, left: int) -> None:
     that finishes the run clears it)."""
     manifest_path = run_dir / RUN_FILE
     data = json.loads(manifest_path.read_text())
+    if episodes.reached is None and STOPPED not in data:
+        return  # nothing to say and nothing to clear: the manifest is left as it is
     if episodes.reached is None or not left:  # a ceiling reached by the last episode stops nothing
         data.pop(STOPPED, None)
     else:
