@@ -8,7 +8,10 @@ over every runnable paper would take.
 3. ``synth`` itself on ``--paper`` papers (``--limit`` candidates each, ``--jobs``): kept per
    paper, drop reasons, seconds per candidate, verified snippets per hour, each stage's time
    and the ratio to the baseline;
-4. the projection: the census's candidates at the measured seconds per candidate and kept rate.
+4. the projection: the census's candidates at the measured seconds per candidate and kept rate;
+5. ``--ray``: the same synthesis on a Ray cluster of one single-CPU worker node, then of two
+   (real raylets on this machine, ``ray.cluster_utils.Cluster``; the head has no CPUs), each
+   from scratch: verified snippets per hour on each, and the two-node/one-node ratio.
 
 Run by hand after ``make published`` (not in CI; minutes to hours):
 ``.venv/bin/python -m benchmarks.bench_synth --paper minp --paper Tanh-Init --jobs 2``.
@@ -29,10 +32,10 @@ from rcb_env.runner.eval import runnable
 from rcb_env.sandbox import SandboxConfig, SandboxFactory
 from rcb_env.synth import coverage
 from rcb_env.synth.propose import Rules
-from rcb_env.synth.run import SynthPlan, proposals, synthesize
+from rcb_env.synth.run import SynthPlan, SynthResult, proposals, synthesize
 from rcb_env.task import load
 from rcb_env.task.models import Pset
-from rcb_env.validation.dispatcher import Local
+from rcb_env.validation.dispatcher import Local, dispatcher_for
 
 
 def _census(pset: Pset, sandbox: SandboxConfig) -> dict[str, tuple[int, Counter[str], float]]:
@@ -86,6 +89,8 @@ def main() -> None:
     parser.add_argument("--sandbox", default="bwrap")
     parser.add_argument("--census", action="store_true", help="Also census every runnable paper.")
     parser.add_argument("--out", type=Path, help="Where the training pset goes (default: a temp).")
+    parser.add_argument("--ray", action="store_true", help="Also on one, then two Ray nodes.")
+    parser.add_argument("--no-local", action="store_true", help="Skip the local synth run.")
     args = parser.parse_args()
     sandbox = SandboxConfig(backend=args.sandbox)
     whole, _ = runnable(load(args.pset), RunsOn(sandbox, GradingConfig()), here=True)
@@ -102,14 +107,29 @@ def main() -> None:
     plan = SynthPlan(
         sandbox=sandbox, jobs=args.jobs, limit=args.limit, cap=args.cap, repeat=args.repeat
     )
+    if args.ray:
+        _on_ray(chosen, plan, scratch)
+    if args.no_local:
+        return
     out = args.out or scratch / "train"
     print(f"synth on {', '.join(args.paper)} (--limit {args.limit} --jobs {args.jobs}) -> {out}")
     result = synthesize(chosen, plan, out, Local())
+    _report(result, args.paper, args.jobs, base, census)
+
+
+def _report(
+    result: SynthResult,
+    papers: list[str],
+    jobs: int,
+    base: dict[str, float],
+    census: dict[str, tuple[int, Counter[str], float]],
+) -> None:
+    """What the local run kept and dropped, its rate, and the projection over the census."""
     m = result.manifest
     per_paper = Counter(s.provenance.paper for s in m.snippets)
     tried = Counter(d.paper for d in m.dropped if d.stage != "propose") + per_paper
     print(f"  wall {result.wall_s:.0f} s; stages: {result.stage_s}")
-    for pid in args.paper:
+    for pid in papers:
         print(f"  {pid:30s} kept {per_paper[pid]:3d} of {tried[pid]:3d} candidates verified")
     reasons = Counter(d.reason for d in m.dropped if d.stage != "propose")
     print(f"  dropped while verifying: {dict(reasons)}")
@@ -127,7 +147,7 @@ def main() -> None:
     unit = sum(base.values()) / max(1, len(base))
     print(
         f"  {per_candidate:.1f} s per candidate = {per_candidate / unit:.1f} reference runs; "
-        f"{per_hour:.0f} verified snippets per hour on {args.jobs} jobs"
+        f"{per_hour:.0f} verified snippets per hour on {jobs} jobs"
     )
     if census and candidates:
         total = sum(n for n, _, _ in census.values())
@@ -135,9 +155,43 @@ def main() -> None:
         hours = total * per_candidate / 3600
         print(
             f"projection over {len(census)} papers: {total} candidates, about {total * rate:.0f} "
-            f"verified (kept rate {rate:.2f}) in about {hours:.1f} h at {args.jobs} jobs "
+            f"verified (kept rate {rate:.2f}) in about {hours:.1f} h at {jobs} jobs "
             "(the papers' test times differ: see the census's coverage seconds)"
         )
+
+
+def _on_ray(chosen: Pset, plan: SynthPlan, scratch: Path) -> None:
+    """``synth`` from scratch on one, then two single-CPU Ray worker nodes of this machine."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, connect=True, head_node_args={"num_cpus": 0})
+    rates: dict[int, float] = {}
+    try:
+        for nodes in (1, 2):
+            cluster.add_node(num_cpus=1, resources={"rcb_sandbox": 1})
+            cluster.wait_for_nodes()
+            start = time.perf_counter()
+            result = synthesize(
+                chosen,
+                plan.model_copy(update={"jobs": nodes}),
+                scratch / f"ray-{nodes}",
+                dispatcher_for(cluster.address),
+            )
+            wall = time.perf_counter() - start
+            kept = len(result.manifest.snippets)
+            rates[nodes] = kept / wall * 3600
+            print(
+                f"  ray, {nodes} worker node(s): {kept} verified of {result.candidates} "
+                f"candidates in {wall:.0f} s ({rates[nodes]:.0f} per hour; stages "
+                f"{result.stage_s})",
+                flush=True,
+            )
+    finally:
+        ray.shutdown()
+        cluster.shutdown()  # type: ignore[no-untyped-call]
+    if rates.get(1):
+        print(f"  two nodes / one node: {rates[2] / rates[1]:.2f}x verified snippets per hour")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,13 @@ stands when it stops without submitting); the point is the whole path, end to en
 machine you have. For a real model on a GPU, see docs/rl.md ("A real run").
 
 Run: .venv/bin/python examples/grpo_tiny.py [--steps 3]   (or ``make grpo-example``)
+
+Training apart from the test set (docs/synth.md): ``--train-pset DIR`` trains on a synthesised
+pset (``rcb-env synth``; ``--task ID`` picks its tasks, default the first two, or
+``--subset level:easy`` its easy ones), then ``--eval-pset researchcodebench --eval-task ID``
+plays the trained model on published snippets (rcb-env's rollout, the model as its policy) and
+prints each reward. A training pset and its test set are never mixed in one dataset: the
+command refuses it as ``eval`` does.
 """
 
 from __future__ import annotations
@@ -94,17 +101,22 @@ def train(
     generations: int = 4,
     prompts: int = 1,
     on_step: Callable[[dict[str, Any]], None] | None = None,
+    pset: str | None = None,
+    model: tuple[Any, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """``steps`` GRPO steps of the tiny model over ``task_ids`` (``generations`` rollouts per
-    task, ``prompts`` tasks per step); TRL's log history."""
+    """``steps`` GRPO steps of the tiny model (or ``model``: a model and its tokenizer) over
+    ``task_ids`` of ``pset`` (default: the bundled tasks; ``generations`` rollouts per task,
+    ``prompts`` tasks per step); TRL's log history."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from rcb_env.integrations.trl import dataset_rows
 
-    model, tokenizer = tiny_model()
-    rows = [r for r in dataset_rows() if r["task_id"] in task_ids]
+    model, tokenizer = model or tiny_model()
+    rows = [r for r in dataset_rows(pset) if r["task_id"] in task_ids]
+    if not rows:
+        raise SystemExit(f"no task of {task_ids} in {pset or 'the bundled tasks'}")
     args = GRPOConfig(
         output_dir=str(folder / "out"),
         max_steps=steps,
@@ -141,25 +153,117 @@ def train(
     return history
 
 
+class TinyPolicy:
+    """The trained model as rcb-env's rollout policy: the chat template with the tools, a short
+    greedy completion, its ``<tool_call>`` blocks as tool calls."""
+
+    def __init__(self, model: Any, tokenizer: Any, max_new_tokens: int = 24) -> None:
+        self.model, self.tokenizer, self.max_new_tokens = model, tokenizer, max_new_tokens
+
+    async def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+        import asyncio
+
+        return await asyncio.to_thread(self._generate, messages, tools)
+
+    def _generate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+        import re
+
+        import torch
+
+        from rcb_env.rl.policy import PolicyOutput
+
+        ids = self.tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, return_tensors="pt"
+        )
+        ids = ids["input_ids"] if not isinstance(ids, torch.Tensor) else ids
+        with torch.no_grad():
+            out = self.model.generate(ids, max_new_tokens=self.max_new_tokens, do_sample=False)
+        text = self.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=False)
+        calls = []
+        for i, body in enumerate(re.findall(r"<tool_call>(.*?)</tool_call>", text, re.S)):
+            try:
+                call = json.loads(body)
+                name, arguments = str(call["name"]), call.get("arguments", {})
+            except (ValueError, KeyError, TypeError):
+                continue
+            calls.append(
+                {
+                    "id": f"call_{i}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(arguments)},
+                }
+            )
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls:
+            message["tool_calls"] = calls
+        return PolicyOutput(message=message, finish_reason="stop")
+
+
+def evaluate(
+    model: tuple[Any, Any], pset: str, task_ids: list[str], config: Any
+) -> list[tuple[str, float | None]]:
+    """Each task of ``pset`` played once by the trained model (rcb-env's rollout): its reward
+    (None: not scored)."""
+    import asyncio
+
+    from rcb_env.rl.rollout import RolloutConfig, rollout
+    from rcb_env.task import load
+
+    tasks = load(pset)
+    policy = TinyPolicy(*model)
+    out = []
+    for task_id in task_ids:
+        paper_id, _, name = task_id.partition("/")
+        paper = tasks.paper(paper_id)
+        trajectory = asyncio.run(
+            rollout(paper, paper.snippet(name), policy, config=RolloutConfig(episode=config))
+        )
+        out.append((task_id, trajectory.reward))
+    return out
+
+
 def main() -> None:
     from rcb_env import config
     from rcb_env.episode import BudgetConfig, EnvConfig, EpisodeConfig
     from rcb_env.grading import GradingConfig
     from rcb_env.integrations.trl import environment_factory
     from rcb_env.sandbox import SandboxConfig
+    from rcb_env.synth.manifest import select as synth_select
+    from rcb_env.synth.manifest import test_set_mixed
+    from rcb_env.task import load
+    from rcb_env.task.selection import combine
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--train-pset", help="Train on this pset (default: the bundled tasks).")
+    parser.add_argument("--task", action="append", default=[], help="A training task id.")
+    parser.add_argument("--subset", help="A synthesised set's subset (level:easy, ...).")
+    parser.add_argument("--eval-pset", help="Then play the trained model on this pset's tasks.")
+    parser.add_argument("--eval-task", action="append", default=[], help="An evaluation task.")
     ns = parser.parse_args()
-    factory = environment_factory(
-        config=EpisodeConfig(
-            env=EnvConfig(paper_in_prompt="outline"),
-            sandbox=SandboxConfig(backend="bwrap", python=config.task_python()),
-            grading=GradingConfig(python=config.task_python(), timeout_s=120),
-            budgets=BudgetConfig(max_steps=4, max_wall_s=None),  # 4 tool calls
-        )
+    bundled = ns.train_pset is None
+    if bundled:  # the bundled tasks run under the installer's task interpreter
+        sandbox = SandboxConfig(backend="bwrap", python=config.task_python())
+        grading = GradingConfig(python=config.task_python(), timeout_s=120)
+    else:  # a benchmark's papers under their own environments
+        sandbox, grading = SandboxConfig(backend="bwrap"), GradingConfig()
+    episode = EpisodeConfig(
+        env=EnvConfig(paper_in_prompt="outline"),
+        sandbox=sandbox,
+        grading=grading,
+        budgets=BudgetConfig(max_steps=4, max_wall_s=None),  # 4 tool calls
     )
-    tasks = ["adamw-warmup/bias correction", "rmsnorm-swiglu/root mean square"]
+    factory = environment_factory(ns.train_pset, config=episode)
+    tasks = ns.task or ["adamw-warmup/bias correction", "rmsnorm-swiglu/root mean square"]
+    if not bundled and not ns.task:
+        train_set = load(ns.train_pset)
+        if ns.subset:
+            train_set = synth_select(train_set, ns.subset)
+        tasks = [s.id for s in train_set.snippets][:2]
+    if ns.eval_pset is not None and ns.train_pset is not None:
+        mixed = test_set_mixed(combine([load(ns.train_pset), load(ns.eval_pset)]))
+        if set(mixed) & set(tasks):
+            raise SystemExit(f"training on the test set: {sorted(set(mixed) & set(tasks))}")
     t0 = time.monotonic()
 
     def show(logs: dict[str, Any]) -> None:
@@ -169,17 +273,26 @@ def main() -> None:
             flush=True,
         )
 
+    print(f"training on {ns.train_pset or 'the bundled tasks'}: {', '.join(tasks)}", flush=True)
+    model = tiny_model()
     with tempfile.TemporaryDirectory(prefix="rcb-grpo-") as tmp:
         history = train(
             Path(tmp),
             steps=ns.steps,
             task_ids=tasks,
             environment_factory=factory,
-            prompts=2,
+            prompts=min(2, len(tasks)),
             on_step=show,
+            pset=ns.train_pset,
+            model=model,
         )
     steps = sum(1 for h in history if "loss" in h)
     print(f"trained {steps} steps in {time.monotonic() - t0:.0f} s")
+    if ns.eval_pset is not None:
+        for task_id, reward in evaluate(model, ns.eval_pset, ns.eval_task, episode):
+            shown = "not scored" if reward is None else f"{reward:.3f}"
+            print(f"evaluated on {ns.eval_pset} {task_id}: reward {shown}", flush=True)
+        print(f"done in {time.monotonic() - t0:.0f} s")
 
 
 if __name__ == "__main__":

@@ -212,8 +212,27 @@ subset_option = click.option(
     help="A named subset of the snippets (`verified`: reference solid and mutation score at or "
     "above the threshold, see docs/test-strength.md; `hard`: the hardest tenth by the published "
     "solve rates; `solve-rate:LO:HI`: published solve rate in [LO, HI], both from "
-    "$RCB_PUBLISHED_RESULTS, see docs/tasks.md; or a subset file).",
+    "$RCB_PUBLISHED_RESULTS, see docs/tasks.md; for a synthesised set, `level:easy[,medium]`, "
+    "`lines:LO:HI`, `mutation-score:LO:HI` from its synth.json, see docs/synth.md; or a subset "
+    "file).",
 )
+
+
+def narrow(loaded: Pset, subset: str) -> Pset:
+    """``loaded`` narrowed to the snippets of ``subset`` (a ``--subset`` value): a shipped or
+    difficulty subset, a subset file, or a synthesised set's difficulty subset.
+
+    Raises:
+        ConfigError: no such subset (or its data is missing).
+    """
+    from rcb_env.synth import manifest as synth_manifest
+    from rcb_env.task.selection import load_subset, select_subset
+
+    if synth_manifest.is_synth_subset(subset):
+        return synth_manifest.select(loaded, subset)
+    return select_subset(loaded, load_subset(subset))
+
+
 snippet_option = click.option(
     "--snippet", "snippets", multiple=True, help="Only this snippet: <paper>/<name> or <name>."
 )

@@ -15,6 +15,7 @@ from rcb_env.cli.app import (
     cli,
     err,
     load_selection,
+    narrow,
     out,
     paper_option,
     print_failures,
@@ -36,7 +37,6 @@ from rcb_env.runner.eval import runnable
 from rcb_env.runner.spec import FLAT, NEGATED, ModelChoice, RunSpec, SandboxRefusedError
 from rcb_env.synth.manifest import test_set_mixed
 from rcb_env.task.models import Pset
-from rcb_env.task.selection import load_subset, select_subset
 
 #: The flags of ``eval`` that set a field of the run (:class:`RunSpec`), in their order on the
 #: command line, as click's extras beside what the field gives (type, default, help): flat
@@ -159,7 +159,7 @@ def _selection(spec: RunSpec, cfg: EvalConfig, dispatcher: Dispatcher) -> Pset:
     chosen = spec.selection
     loaded = load_selection(chosen.pset, chosen.papers, chosen.snippets)
     if chosen.subset is not None:
-        loaded = select_subset(loaded, load_subset(chosen.subset))
+        loaded = narrow(loaded, chosen.subset)
     print_failures(loaded)
     for u in runnable(loaded, cfg, here=dispatcher.here)[1].unavailable:
         what = f"{u.paper}/{u.snippet}" if u.snippet else u.paper

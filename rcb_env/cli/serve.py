@@ -13,6 +13,7 @@ from rcb_env.cli.app import (
     cli,
     episode_options,
     err,
+    narrow,
     sandbox_options,
     selection_options,
     shown,
@@ -23,7 +24,6 @@ from rcb_env.episode.env import EnvConfig
 from rcb_env.grading.grader import DEFAULT_TIMEOUT_S, GradingConfig
 from rcb_env.runner import BudgetConfig, EvalConfig, new_run_dir
 from rcb_env.sandbox import SandboxConfig
-from rcb_env.task.selection import load_subset, select_subset
 from rcb_env.tools.toolbox import Feedback
 
 
@@ -95,7 +95,7 @@ def serve_cmd(
         )
     loaded = selection.load()
     if subset is not None:
-        loaded = select_subset(loaded, load_subset(subset))
+        loaded = narrow(loaded, subset)
     cfg = EvalConfig(
         agent="openenv",
         env=EnvConfig(test_feedback=test_feedback),

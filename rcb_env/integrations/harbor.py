@@ -51,6 +51,7 @@ from rcb_env.guest.harbor_verify import DETAILS
 from rcb_env.guest.protocol import split_lines
 from rcb_env.results.records import RECORDS, RUN_FILE, EpisodeRecord, write_json_atomic
 from rcb_env.sandbox.base import Limits
+from rcb_env.synth.manifest import export_metadata
 from rcb_env.task.models import Paper, Pset, Snippet
 from rcb_env.task.source import source_for
 
@@ -139,6 +140,7 @@ def _task_toml(
         "weight": snippet.weight,
         "depth": snippet.depth,
         "source": "rcb-env",
+        **export_metadata(paper, snippet.id),
     }
     lines = ['schema_version = "1.4"', 'source = "rcb-env"', "", "[metadata]"]
     lines += [f"{k} = {_toml_value(v)}" for k, v in meta.items()]

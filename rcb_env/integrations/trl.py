@@ -295,8 +295,11 @@ def dataset_rows(
     the reward on a pass) and ``depth`` (nesting), and with ``difficulty``
     (:func:`rcb_env.task.difficulty.difficulty_table`) ``solve_rate``, the published solve rate
     (0 to 1; None when unknown), e.g. ``sorted(rows, key=lambda r: -r["solve_rate"])`` for
-    the easiest first."""
+    the easiest first. A synthesised set's rows carry its manifest's record too
+    (``synth_level``, ``synth_mutation_score``, ``synth_rule``, where it came from:
+    :func:`rcb_env.synth.manifest.export_metadata`)."""
     from rcb_env.agent import tools_system_prompt
+    from rcb_env.synth.manifest import export_metadata
     from rcb_env.task.source import source_for
 
     tasks = load_tasks(pset)
@@ -313,6 +316,7 @@ def dataset_rows(
                 "task_id": s.id,
                 "weight": s.weight,
                 "depth": s.depth,
+                **export_metadata(paper, s.id),
             }
             if difficulty is not None:
                 known = difficulty.get(s.id)

@@ -10,7 +10,10 @@ level code runs at import, where a missing line is an import error rather than a
   ``try`` and its handlers);
 - ``lines``: short runs of consecutive statements of one statement list, tiling it (run
   lengths of 2 to 4 statements and the first run's offset drawn from ``Random(f"{seed}:
-  {file}:{line of the list}")``: the same seed proposes the same regions).
+  {file}:{line of the list}")``: the same seed proposes the same regions), and at the next
+  scale up each pair of adjacent runs (4 to 8 statements) as one run;
+- ``statement``: one whole statement of a list of several (a compound statement with its
+  header and everything it holds; a statement over several lines is one region).
 
 The regions of one file never cross (a run of statements holds whole statements; a block lies
 inside one statement), so they nest the way the published snippets do and can all be marked at
@@ -31,7 +34,7 @@ from rcb_env.guest.protocol import split_lines
 from rcb_env.task.annotations import is_code_line
 from rcb_env.validation.audit import MIN_CHARS, is_generic
 
-RULES = ("function-body", "block", "lines")
+RULES = ("function-body", "block", "lines", "statement")
 #: Why a proposed region is not a candidate (static: before anything runs).
 DROP_REASONS = {
     "partial_lines": "the region shares a line with code outside it",
@@ -62,9 +65,16 @@ class Region:
 
     @property
     def name(self) -> str:
-        """The snippet's name (the solver's hint): what it is, where it starts."""
-        what = {"function-body": "body", "block": "block", "lines": "lines"}[self.rule]
-        return f"{what} of {self.owner} at {self.file}:{self.start}"
+        """The snippet's name (the solver's hint): what it is, where it starts (and, for a
+        run of lines, where it ends: runs of two scales can start on one line)."""
+        what = {
+            "function-body": "body",
+            "block": "block",
+            "lines": "lines",
+            "statement": "statement",
+        }[self.rule]
+        where = f"{self.start}-{self.end}" if self.rule == "lines" else str(self.start)
+        return f"{what} of {self.owner} at {self.file}:{where}"
 
     def overlaps(self, start: int, end: int) -> bool:
         return self.start <= end and start <= self.end
@@ -170,12 +180,19 @@ class _Walker:
         self.region(stmts, rule, owner)
         rng = random.Random(f"{self.seed}:{self.file}:{stmts[0].lineno}")
         i = rng.randrange(MIN_RUN)
+        runs: list[tuple[int, int]] = []
         while i + MIN_RUN <= len(stmts):
             n = min(rng.randint(MIN_RUN, MAX_RUN), len(stmts) - i)
             if n >= MIN_RUN and n < len(stmts):
                 self.region(stmts[i : i + n], "lines", owner)
+                runs.append((i, i + n))
             i += n
+        for (a, b), (c, d) in zip(runs[::2], runs[1::2], strict=False):
+            if b == c and d - a < len(stmts):
+                self.region(stmts[a:d], "lines", owner)  # two adjacent runs: the next scale up
         for stmt in stmts:
+            if len(stmts) > 1:
+                self.region([stmt], "statement", owner)
             self.nested(stmt, owner)
 
     def nested(self, stmt: ast.stmt, owner: str) -> None:

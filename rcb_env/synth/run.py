@@ -30,7 +30,7 @@ import random
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from rcb_env.catalog import BENCHMARKS
 from rcb_env.errors import ConfigError, InfrastructureError
 from rcb_env.frozen import Frozen
 from rcb_env.grading.grader import GradingConfig
+from rcb_env.grading.models import GradeResult
 from rcb_env.sandbox import SandboxConfig, SandboxFactory
 from rcb_env.synth import coverage
 from rcb_env.synth.manifest import (
@@ -61,8 +62,9 @@ from rcb_env.task import loader
 from rcb_env.task.models import Paper, Pset, task_hash
 from rcb_env.task.selection import VERIFIED_THRESHOLD, select_snippets
 from rcb_env.validation.dispatcher import Dispatcher
+from rcb_env.validation.mutants import Generation
 from rcb_env.validation.progress import Meter, quiet
-from rcb_env.validation.strength import score_mutants
+from rcb_env.validation.strength import Case, GradeAll, plan, read_records, score_mutants
 from rcb_env.validation.validate import Status, validate
 from rcb_env.verdicts import Outcome
 
@@ -112,6 +114,8 @@ class Verdict(Frozen):
     detail: str = ""
     score: float | None = None
     survived: int = 0
+    killed: int = 0
+    made: int = 0
 
 
 @dataclass
@@ -367,32 +371,53 @@ class _Synthesis:
         return clean
 
     def score(self, candidates: Pset, factory: SandboxFactory, meter: Meter) -> None:
-        """Each candidate's mutation score against the threshold: the final verdicts."""
+        """Each candidate's mutation score against the threshold: the final verdicts. Its
+        mutants are graded in rounds (:func:`settled_rounds`), none once its verdict is
+        settled."""
         plan = self.plan
+        records = self.work / "mutants"
+        made = {
+            sid: len(g.mutants) for sid, g in plan_mutants(candidates, plan.seed, plan.cap).items()
+        }
         with self.dispatcher.session(slots=plan.jobs):
             grade_all = self.dispatcher.grade_mutants(candidates, factory, self.grading, plan.jobs)
             with meter("mutants", None) as bar:
                 strength = score_mutants(
                     candidates,
-                    grade_all,
+                    settled_rounds(grade_all, made, plan.threshold, read_records(records)),
                     seed=plan.seed,
                     cap=plan.cap,
-                    out=self.work / "mutants",
+                    out=records,
                     on_done=bar.advance,
                     on_planned=bar.planned,
                 )
         for st in strength.snippets:
-            if st.score is None and st.excluded:
-                self.undecided.append(st.id)
-            elif st.score is None:
+            m = made.get(st.id, 0)
+            verdict = settled(st.killed, st.survived, m, plan.threshold)
+            if m == 0:
                 self.drop(st.id, "mutants", "no_mutants", st.error or "no mutant could be made")
-            elif st.score < plan.threshold:
-                self.drop(st.id, "mutants", "mutation_score", f"{st.score:.2f} < {plan.threshold}")
-            else:
-                verdict = Verdict(
-                    id=st.id, kept=True, stage="mutants", score=st.score, survived=st.survived
+            elif verdict is None:
+                self.undecided.append(st.id)  # mutants whose grading failed: the next run
+            elif not verdict:
+                bound = (m - st.survived) / m
+                self.drop(
+                    st.id,
+                    "mutants",
+                    "mutation_score",
+                    f"at most {bound:.2f} < {plan.threshold} ({st.survived} of {m} mutants "
+                    f"survived, {st.killed + st.survived} graded)",
                 )
-                self.ledger.add(verdict)
+            else:
+                kept = Verdict(
+                    id=st.id,
+                    kept=True,
+                    stage="mutants",
+                    score=st.score,
+                    survived=st.survived,
+                    killed=st.killed,
+                    made=m,
+                )
+                self.ledger.add(kept)
 
     def verify(self, factory: SandboxFactory, meter: Meter) -> int:
         """Every undecided candidate through the checks, in order; how many were pending."""
@@ -498,8 +523,81 @@ class _Synthesis:
                 mutation_score=v.score or 0.0,
                 survived=v.survived,
                 level=level(s.weight, s.depth, children),
+                mutants=v.made,
+                mutants_graded=v.killed + v.survived,
+                mutation_score_min=round(v.killed / v.made, 4) if v.made else 0.0,
             ),
         )
+
+
+def plan_mutants(pset: Pset, seed: int, cap: int) -> dict[str, Generation]:
+    """Each snippet's generation, as :func:`rcb_env.validation.strength.score_mutants` makes
+    it (the same seed, cap and operators)."""
+    from rcb_env.validation.mutants import OPERATORS
+
+    return plan(pset, seed=seed, cap=cap, operators=tuple(OPERATORS.names()))[1]
+
+
+def settled(killed: int, survived: int, made: int, threshold: float) -> bool | None:
+    """A candidate's verdict once no further mutant can change it: True (kept: the score is
+    at or above ``threshold`` even if every other mutant survives), False (dropped: below it
+    even if every other mutant is killed), or None (not yet)."""
+    if made and killed >= threshold * made - 1e-9:
+        return True
+    if made - survived < threshold * made - 1e-9:
+        return False
+    return None
+
+
+def settled_rounds(
+    grade_all: GradeAll,
+    made: dict[str, int],
+    threshold: float,
+    earlier: Iterable[tuple[str, str]] = (),
+) -> GradeAll:
+    """``grade_all`` in rounds that stop grading a snippet's mutants once its verdict is
+    :func:`settled`. Each round grades, per unsettled snippet, as many of its next mutants as
+    could settle it (the fewer of: the kills that would keep it, the survivors that would drop
+    it), all snippets' together (the dispatcher's parallelism and warm processes as before).
+    ``earlier``: ``(snippet id, status)`` of mutants graded by an earlier run, counted first.
+    A killed or survived mutant counts; an excluded one (an infrastructure failure) counts for
+    nothing and is tried again by the next run."""
+    from math import ceil
+
+    def run(todo: Sequence[Case], done: Callable[[Case, GradeResult], None]) -> None:
+        tally: dict[str, list[int]] = {sid: [0, 0] for sid in made}
+        for sid, status in earlier:
+            if sid in tally and status in ("killed", "survived"):
+                tally[sid][status == "survived"] += 1
+        queue: dict[str, list[Case]] = {}
+        for case in todo:
+            queue.setdefault(case.snippet.id, []).append(case)
+        lock = threading.Lock()
+
+        def heard(case: Case, result: GradeResult) -> None:
+            with lock:
+                if not result.is_infra_error:
+                    tally[case.snippet.id][result.passed] += 1
+            done(case, result)
+
+        while True:
+            batch: list[Case] = []
+            for sid, pending in queue.items():
+                killed, survived = tally[sid]
+                m = made.get(sid, 0)
+                if not pending or settled(killed, survived, m, threshold) is not None:
+                    pending.clear()
+                    continue
+                to_keep = ceil(threshold * m - 1e-9) - killed
+                to_drop = m - survived - ceil(threshold * m - 1e-9) + 1
+                n = max(1, min(to_keep, to_drop))
+                batch += pending[:n]
+                del pending[:n]
+            if not batch:
+                return
+            grade_all(batch, heard)
+
+    return run
 
 
 def apart(paper: Paper, region: Region) -> None:

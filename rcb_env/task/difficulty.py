@@ -229,17 +229,20 @@ def difficulty_table(
     return DifficultyTable(snippets=tuple(rows))
 
 
-def parse_range(text: str) -> tuple[float, float]:
-    """``LO:HI`` (fractions, e.g. ``0:0.2``) as a pair.
+def parse_range(text: str, *, unit: bool = True) -> tuple[float, float]:
+    """``LO:HI`` as a pair: fractions in [0, 1] (e.g. ``0:0.2``), or with ``unit=False`` any
+    two numbers from 0 up (e.g. line counts, ``1:5``).
 
     Raises:
-        ConfigError: not two numbers in [0, 1] with LO <= HI.
+        ConfigError: not two such numbers with LO <= HI.
     """
+    example = "0:0.2" if unit else "1:5"
     try:
         lo_text, hi_text = text.split(":")
         low, high = float(lo_text), float(hi_text)
     except ValueError:
-        raise ConfigError(f"a solve-rate range is LO:HI, e.g. 0:0.2 (got {text!r})") from None
-    if not 0.0 <= low <= high <= 1.0:
-        raise ConfigError(f"a solve-rate range needs 0 <= LO <= HI <= 1 (got {text!r})")
+        raise ConfigError(f"a range is LO:HI, e.g. {example} (got {text!r})") from None
+    if not 0.0 <= low <= high or (unit and high > 1.0):
+        top = " <= 1" if unit else ""
+        raise ConfigError(f"a range needs 0 <= LO <= HI{top} (got {text!r})")
     return low, high

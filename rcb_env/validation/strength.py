@@ -239,6 +239,13 @@ def _read(path: Path) -> list[MutantRecord]:
     return out
 
 
+def read_records(folder: Path) -> list[tuple[str, str]]:
+    """``(snippet id, status)`` of each mutant graded into ``folder`` (a record folder of
+    :func:`score_mutants`), the last record of each mutant; empty when there is none."""
+    last = {(r.snippet_id, r.key): r.status for r in _read(folder / RECORDS)}
+    return [(sid, status) for (sid, _key), status in last.items()]
+
+
 class _Log:
     """Append-only record file: one whole line per ``write``, fsynced."""
 

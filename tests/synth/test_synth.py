@@ -8,13 +8,19 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from rcb_env.cli import cli
+from rcb_env.cli.app import narrow
 from rcb_env.errors import ConfigError
+from rcb_env.grading.models import GradeResult
+from rcb_env.integrations.harbor import write_task
+from rcb_env.integrations.trl import dataset_rows
 from rcb_env.sandbox import SandboxConfig
 from rcb_env.synth import manifest as synth_manifest
 from rcb_env.synth import run as synth_run
@@ -27,12 +33,17 @@ from rcb_env.synth.run import (
     apart,
     proposals,
     published_in,
+    settled,
+    settled_rounds,
     synthesize,
 )
 from rcb_env.task import annotations as ann
 from rcb_env.task import bundled_root, load
 from rcb_env.task.models import Paper
 from rcb_env.validation.dispatcher import Local
+from rcb_env.validation.mutants import generate
+from rcb_env.validation.strength import Case
+from rcb_env.verdicts import FailureKind, Outcome
 from tests.conftest import write_paper, write_pset
 
 STATS = '''\
@@ -154,6 +165,13 @@ def test_proposal_is_deterministic_and_nests() -> None:
         for seed in range(4)
     }
     assert len({tuple(v) for v in runs.values()}) > 1
+    lines = [
+        (r.start, r.end)
+        for r in propose("f.py", text, set(range(1, 14)), Published(), Rules(0))[0]
+        if r.rule == "lines"
+    ]
+    pairs = {(a, d) for a, b in lines for c, d in lines if c == b + 1}
+    assert pairs & set(lines)  # two adjacent runs are a run at the next scale up
 
 
 def test_no_candidate_touches_a_published_snippet() -> None:
@@ -236,14 +254,21 @@ def test_synth_killed_and_resumed(tmp_path: Path, require_bwrap: None) -> None:
     final_before = {v["id"] for v in before if v["kept"] is not None}
     assert {v["reason"] for v in before} >= {"null_passes", "leak"}
     assert any(v["kept"] is None and v["stage"] == "audit" for v in before)
-    graded_before = {json.loads(x)["key"] for x in mutants.read_text().splitlines() if x.strip()}
+
+    def graded() -> list[tuple[str, str]]:
+        """(snippet, mutant) of every record: a mutant is one snippet's (two snippets can
+        have equal mutant bodies)."""
+        records = [json.loads(x) for x in mutants.read_text().splitlines() if x.strip()]
+        return [(r["snippet_id"], r["key"]) for r in records]
+
+    graded_before = set(graded())
 
     result = synthesize(load(root), _plan(), out, Local())
     lines = [json.loads(x) for x in ledger.read_text().splitlines()]
     stages = [(v["id"], v["stage"]) for v in lines]
     assert len(stages) == len(set(stages)), "a candidate was checked again"
     assert result.decided_now == result.candidates - len(final_before)
-    keys = [json.loads(x)["key"] for x in mutants.read_text().splitlines() if x.strip()]
+    keys = graded()
     assert len(keys) == len(set(keys)), "a graded mutant was graded again"
     assert graded_before <= set(keys)
 
@@ -332,3 +357,178 @@ def test_the_by_paper_split_holds_papers_out(tmp_path: Path) -> None:
     assert not (tmp_path / "train" / "tiny").exists()
     with pytest.raises(ConfigError, match="no paper named nope"):
         synthesize(source, plan.model_copy(update={"holdout": ("nope",)}), tmp_path / "x", Local())
+
+
+def test_every_statement_of_a_list_is_a_candidate_nested_in_its_runs() -> None:
+    """The ``statement`` rule: each whole statement of a list of several (a compound one with
+    its header and body, one over several lines as one region), nested inside the runs and
+    the body that hold it."""
+    text = (
+        "def f(xs):\n"
+        "    total = 0\n"
+        "    for x in xs:\n"
+        "        total += x\n"
+        "        total *= 2\n"
+        "    out = [\n"
+        "        total,\n"
+        "    ]\n"
+        "    return out\n"
+    )
+    regions, _ = propose("f.py", text, set(range(1, 10)), Published(), Rules())
+    statements = {(r.start, r.end) for r in regions if r.rule == "statement"}
+    assert {(2, 2), (3, 5), (6, 8), (9, 9), (4, 4), (5, 5)} <= statements
+    assert {s.name for s in ann.parse_spans(mark(text, regions), "f.py")} == {
+        r.name for r in regions
+    }
+
+
+def _cases(per_snippet: int) -> list[Case]:
+    """Real mutants of two bundled snippets, ``per_snippet`` each."""
+    paper = load(bundled_root()).papers[0]
+    cases: list[Case] = []
+    for s in paper.snippets[:2]:
+        g = generate(s.reference_body, seed=f"0:{s.id}", cap=per_snippet)
+        assert len(g.mutants) == per_snippet, s.id
+        cases += [Case(paper, s, m) for m in g.mutants]
+    return cases
+
+
+def _result(case: Case, outcome: Outcome) -> GradeResult:
+    return GradeResult(
+        snippet_id=case.snippet.id,
+        outcome=outcome,
+        kind=FailureKind.NONE if outcome is Outcome.PASSED else FailureKind.TEST_FAILURE,
+        official_pass=outcome is Outcome.PASSED,
+    )
+
+
+def test_mutants_stop_once_the_verdict_is_settled() -> None:
+    """A snippet whose mutants are all killed is kept after ``ceil(threshold * made)`` of them,
+    one whose mutants all survive is dropped once no more kills could lift it to the threshold,
+    a mutant whose grading failed counts for nothing, and mutants an earlier run graded count
+    first."""
+    cases = _cases(5)
+    strong, weak = cases[0].snippet.id, cases[5].snippet.id
+    made = {strong: 5, weak: 5}
+    graded: list[str] = []
+
+    def grade_all(batch: Sequence[Case], done: Callable[[Case, GradeResult], None]) -> None:
+        for c in batch:
+            graded.append(c.snippet.id)
+            done(c, _result(c, Outcome.FAILED if c.snippet.id == strong else Outcome.PASSED))
+
+    heard: list[str] = []
+
+    def hear(case: Case, result: GradeResult) -> None:
+        del result
+        heard.append(case.mutant.key)
+
+    def ignore(case: Case, result: GradeResult) -> None:
+        del case, result
+
+    settled_rounds(grade_all, made, 0.8)(cases, hear)
+    assert graded.count(strong) == 4  # 4 of 5 killed: at least 0.8 whatever the fifth does
+    assert graded.count(weak) == 2  # 2 of 5 survived: at most 0.6
+    assert len(heard) == 6
+    assert settled(4, 0, 5, 0.8) is True
+    assert settled(3, 1, 5, 0.8) is None
+    assert settled(3, 2, 5, 0.8) is False
+    assert settled(0, 0, 0, 0.8) is None
+
+    graded.clear()
+    settled_rounds(grade_all, made, 0.8, [(strong, "killed")] * 3 + [(weak, "excluded")])(
+        cases[1:], ignore
+    )
+    assert graded.count(strong) == 1
+    assert graded.count(weak) == 2
+
+    flaky: list[str] = []
+
+    def infra(batch: Sequence[Case], done: Callable[[Case, GradeResult], None]) -> None:
+        for c in batch:
+            flaky.append(c.mutant.key)
+            done(c, _result(c, Outcome.INFRA_ERROR))
+
+    settled_rounds(infra, made, 0.8)(cases, ignore)
+    assert sorted(flaky) == sorted(c.mutant.key for c in cases)  # each tried once, none settled
+
+
+def test_a_curriculum_chooses_a_synthesised_set_by_difficulty(tmp_path: Path) -> None:
+    """``--subset level:...``, ``lines:LO:HI`` and ``mutation-score:LO:HI`` select a
+    synthesised set's snippets by its manifest's difficulty records; on a set without one, or
+    with a bad level, the selection is refused with what to do."""
+    source = load(_source(tmp_path / "src"))
+    paper = source.paper("tiny")
+    regions, _ = proposals(paper, _everything(paper), Rules())
+    regions = [r for r in regions if r.rule in ("statement", "function-body")][:4]
+    out = tmp_path / "train"
+    synth_run.write_pset(source, {"tiny": regions}, out)
+    written = load(out).paper("tiny")
+    levels: list[synth_manifest.Level] = ["easy", "hard", "medium", "easy"]
+    snippets = tuple(
+        synth_manifest.SynthSnippet(
+            id=s.id,
+            weight=s.weight,
+            provenance=synth_manifest.Provenance(
+                paper="tiny",
+                file=r.file,
+                start=r.start,
+                end=r.end,
+                source="src",
+                commit=None,
+                file_sha256="0" * 64,
+                rule=r.rule,
+                seed=0,
+            ),
+            difficulty=synth_manifest.Difficulty(
+                lines=s.weight,
+                distinct_lines=s.distinct_lines,
+                depth=s.depth,
+                children=0,
+                null_passes=False,
+                mutation_score=0.8 + 0.05 * i,
+                survived=0,
+                level=levels[i],
+            ),
+        )
+        for i, (s, r) in enumerate(zip(written.snippets, regions, strict=True))
+    )
+    m = synth_manifest.Manifest(
+        rcb_env_version="0",
+        settings={},
+        test_set=synth_manifest.TestSet(source="src", snippets={}),
+        papers=("tiny",),
+        snippets=snippets,
+        dropped=(),
+    )
+    (out / synth_manifest.MANIFEST).write_text(m.model_dump_json())
+    loaded = load(out)
+    ids = [s.id for s in snippets]
+    assert {s.id for s in narrow(loaded, "level:easy").snippets} == {ids[0], ids[3]}
+    assert {s.id for s in narrow(loaded, "level:easy,medium").snippets} == {ids[0], ids[2], ids[3]}
+    assert {s.id for s in narrow(loaded, "mutation-score:0.84:1").snippets} == set(ids[1:])
+    one_line = {s.id for s in snippets if s.weight == 1}
+    assert one_line
+    assert {s.id for s in narrow(loaded, "lines:1:1").snippets} == one_line
+    with pytest.raises(ConfigError, match="levels are easy, medium and hard"):
+        narrow(loaded, "level:trivial")
+    with pytest.raises(ConfigError, match="no pset of this selection has one"):
+        narrow(source, "level:easy")
+    # exports and trainer rows carry the record
+    tiny = loaded.paper("tiny")
+    first = tiny.snippets[0]
+    record = synth_manifest.export_metadata(tiny, first.id)
+    assert record["synth_rule"] == regions[0].rule
+    assert record["synth_lines"] == f"{regions[0].start}-{regions[0].end}"
+    assert synth_manifest.export_metadata(source.paper("tiny"), "tiny/mean") == {}
+    write_task(tiny, first, tmp_path / "harbor" / "t", image="img", benchmark="train")
+    meta = tomllib.loads((tmp_path / "harbor" / "t" / "task.toml").read_text())["metadata"]
+    assert meta["synth_rule"] == regions[0].rule
+    assert meta["synth_level"] == "easy"
+    rows = {r["task_id"]: r for r in dataset_rows(str(out))}
+    assert rows[first.id]["synth_level"] == "easy"
+    assert rows[ids[1]]["synth_mutation_score"] == pytest.approx(0.85)
+    args = ["eval", "--pset", str(out), "--subset", "level:x", "--agent", "null"]
+    bad = CliRunner().invoke(cli, [*args, "--runs-dir", str(tmp_path / "runs")])
+    assert bad.exit_code != 0
+    assert "levels are easy, medium and hard" in bad.output + str(bad.exception)
