@@ -21,6 +21,7 @@ The machine is shared and noisy: the ratio to the baseline is what carries over.
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from collections import Counter
@@ -38,26 +39,51 @@ from rcb_env.task.models import Pset
 from rcb_env.validation.dispatcher import Local, dispatcher_for
 
 
-def _census(pset: Pset, sandbox: SandboxConfig) -> dict[str, tuple[int, Counter[str], float]]:
-    """Per paper: candidates, static drops by reason, seconds of the coverage run."""
+def _census(
+    pset: Pset, sandbox: SandboxConfig, cache: Path | None
+) -> dict[str, tuple[int, Counter[str], float]]:
+    """Per paper: candidates, static drops by reason, seconds of the coverage run; and the
+    ceiling: every run of 1 to 6 (and to 12) statements at every offset that the static drops
+    keep (what the papers' tests allow, were regions allowed to cross). ``cache``: a synth
+    run's coverage folder (``<out>/.work/coverage``), read and filled."""
     out = {}
+    ceilings = Counter[int]()
     factory = SandboxFactory(sandbox.model_copy(update={"warm_grading": False}))
     try:
         for p in pset.papers:
             start = time.perf_counter()
-            try:
-                found = coverage.measure(
-                    p, factory.grading_executor(p), scratch=factory.scratch, timeout_s=600
-                )
-            except Exception as exc:
-                print(f"  {p.id}: coverage failed: {exc}")
-                continue
+            cached = cache / f"{p.id}.json" if cache is not None else None
+            if cached is not None and cached.is_file():
+                found = {k: set(v) for k, v in json.loads(cached.read_text()).items()}
+            else:
+                try:
+                    found = coverage.measure(
+                        p, factory.grading_executor(p), scratch=factory.scratch, timeout_s=900
+                    )
+                except Exception as exc:
+                    print(f"  {p.id}: coverage failed: {exc}")
+                    continue
+                if cached is not None:
+                    cached.parent.mkdir(parents=True, exist_ok=True)
+                    cached.write_text(json.dumps({k: sorted(v) for k, v in found.items()}))
             took = time.perf_counter() - start
             regions, dropped = proposals(p, found, Rules())
+            most = {n: len(proposals(p, found, Rules(windows=n))[0]) for n in (6, 12)}
+            ceilings.update(most)
             out[p.id] = (len(regions), Counter(d.reason for d in dropped), took)
-            print(f"  {p.id:30s} {len(regions):4d} candidates ({took:5.1f} s coverage)", flush=True)
+            rules = dict(Counter(r.rule for r in regions))
+            print(
+                f"  {p.id:30s} {len(regions):4d} candidates {rules}; ceiling {most[6]} "
+                f"(runs of 1-6 statements), {most[12]} (1-12) ({took:5.1f} s coverage)",
+                flush=True,
+            )
     finally:
         factory.close()
+    total = sum(n for n, _, _ in out.values())
+    print(
+        f"  all: {total} candidates; ceiling {ceilings[6]} (runs of 1-6 statements at every "
+        f"offset), {ceilings[12]} (1-12)"
+    )
     return out
 
 
@@ -88,6 +114,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sandbox", default="bwrap")
     parser.add_argument("--census", action="store_true", help="Also census every runnable paper.")
+    parser.add_argument(
+        "--coverage", type=Path, help="A synth run's coverage folder (<out>/.work/coverage)."
+    )
     parser.add_argument("--out", type=Path, help="Where the training pset goes (default: a temp).")
     parser.add_argument("--ray", action="store_true", help="Also on one, then two Ray nodes.")
     parser.add_argument("--no-local", action="store_true", help="Skip the local synth run.")
@@ -99,7 +128,9 @@ def main() -> None:
     census = {}
     if args.census:
         print(f"census of {len(whole.papers)} runnable papers (coverage + proposal):")
-        census = _census(whole, sandbox)
+        census = _census(whole, sandbox, args.coverage)
+    if not args.paper:
+        return  # the census alone
     chosen = load(args.pset, papers=set(args.paper))
     print("baseline: one cold reference run per paper")
     base = _baseline(chosen, sandbox)

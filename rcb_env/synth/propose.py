@@ -148,11 +148,12 @@ def _lists(stmt: ast.stmt) -> list[list[ast.stmt]]:
 
 
 class _Walker:
-    def __init__(self, file: str, text: str, seed: int) -> None:
+    def __init__(self, file: str, text: str, seed: int, windows: int = 0) -> None:
         self.file = file
         self.lines = split_lines(text)
         self.raw = [line.rstrip("\r\n").encode() for line in self.lines]
         self.seed = seed
+        self.windows = windows
         self.found: list[Region] = []
         self.cut_badly: list[Region] = []
 
@@ -176,6 +177,13 @@ class _Walker:
         if rule == "function-body" and stmts and _is_docstring(stmts[0]):
             stmts = stmts[1:]
         if not stmts:
+            return
+        if self.windows:
+            for i in range(len(stmts)):
+                for n in range(1, min(self.windows, len(stmts) - i) + 1):
+                    self.region(stmts[i : i + n], "lines", owner)
+            for stmt in stmts:
+                self.nested(stmt, owner)
             return
         self.region(stmts, rule, owner)
         rng = random.Random(f"{self.seed}:{self.file}:{stmts[0].lineno}")
@@ -229,6 +237,11 @@ class Rules:
 
     seed: int = 0
     max_lines: int = 80
+    windows: int = 0
+    """Not 0: instead of the rules, every run of 1 to ``windows`` consecutive statements of
+    every statement list inside a function, at every offset (regions that cross, which one
+    pset cannot hold: the ceiling of what the papers' tests allow, for the census; the rules
+    propose a nested part of these)."""
 
 
 def propose(
@@ -241,7 +254,7 @@ def propose(
         SyntaxError: ``text`` does not parse.
     """
     tree = parse_python(text)
-    walker = _Walker(file, text, rules.seed)
+    walker = _Walker(file, text, rules.seed, rules.windows)
     walker.module(tree)
     seen: set[tuple[int, int]] = set()
     kept: list[Region] = []

@@ -420,7 +420,8 @@ class _Synthesis:
                 self.ledger.add(kept)
 
     def verify(self, factory: SandboxFactory, meter: Meter) -> int:
-        """Every undecided candidate through the checks, in order; how many were pending."""
+        """Every undecided candidate through the checks, in order, one paper after another (a
+        run stopped part way has finished the papers before); how many were pending."""
         root = self.work / "candidates"
         write_pset(self.source, self.regions, root)
         candidates = loader.load_pset(root)
@@ -433,12 +434,31 @@ class _Synthesis:
         pending = tuple(
             s.id for s in candidates.snippets if s.id not in before or before[s.id].kept is None
         )
+        for paper in candidates.papers:
+            mine = tuple(i for i in pending if i.partition("/")[0] == paper.id)
+            if mine:
+                self._checks(candidates, mine, before, factory, meter)
+        return len(pending)
+
+    def _checks(
+        self,
+        candidates: Pset,
+        pending: tuple[str, ...],
+        before: dict[str, Verdict],
+        factory: SandboxFactory,
+        meter: Meter,
+    ) -> None:
+        """``pending`` (of one paper) through the checks, each from the stage it reached."""
 
         def reached(stage: Stage) -> tuple[str, ...]:
             """What a killed run had taken up to ``stage`` (passed the one before it)."""
             if stage == "validate":
                 return tuple(i for i in pending if i not in before)
             return tuple(i for i in pending if i in before and before[i].stage == _BEFORE[stage])
+
+        def timed(stage: str, started: float) -> None:
+            took = time.monotonic() - started
+            self.stage_s[stage] = round(self.stage_s.get(stage, 0.0) + took, 1)
 
         carried: tuple[str, ...] = ()
         checks: tuple[tuple[Stage, Check], ...] = (
@@ -452,13 +472,12 @@ class _Synthesis:
             for i in passed:
                 self.ledger.add(Verdict(id=i, kept=None, stage=name))
             carried = tuple(passed)
-            self.stage_s[name] = round(time.monotonic() - t, 1)
+            timed(name, t)
         ids = carried + reached("mutants")
         t = time.monotonic()
         if ids:
             self.score(select_snippets(candidates, ids), factory, meter)
-        self.stage_s["mutants"] = round(time.monotonic() - t, 1)
-        return len(pending)
+        timed("mutants", t)
 
     def finish(self) -> Manifest:
         """The kept candidates written to ``out`` as a pset, and its manifest."""

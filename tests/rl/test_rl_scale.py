@@ -78,6 +78,24 @@ def _example() -> ModuleType:
     return module
 
 
+def test_the_example_plays_its_trained_model_on_another_pset(require_bwrap: None) -> None:
+    """``examples/grpo_tiny.py``'s evaluation: the model (here untrained) as rcb-env's rollout
+    policy on tasks of a pset named by path, each graded as the workspace stands (the tiny
+    model writes nothing: 0, scored)."""
+    from rcb_env.episode import BudgetConfig, EpisodeConfig
+    from rcb_env.task import bundled_root
+
+    example = _example()
+    episode = EpisodeConfig(
+        env=EnvConfig(paper_in_prompt="outline"),
+        sandbox=SandboxConfig(backend="bwrap", python=config.task_python()),
+        grading=_grading(),
+        budgets=BudgetConfig(max_steps=2, max_model_calls=2, max_wall_s=None),
+    )
+    rewards = example.evaluate(example.tiny_model(), str(bundled_root()), [TASK], episode)
+    assert rewards == [(TASK, 0.0)]
+
+
 def test_grpo_trainer_survives_failed_sandboxes_and_drops_their_groups(
     require_bwrap: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

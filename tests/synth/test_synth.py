@@ -532,3 +532,23 @@ def test_a_curriculum_chooses_a_synthesised_set_by_difficulty(tmp_path: Path) ->
     bad = CliRunner().invoke(cli, [*args, "--runs-dir", str(tmp_path / "runs")])
     assert bad.exit_code != 0
     assert "levels are easy, medium and hard" in bad.output + str(bad.exception)
+
+
+def test_the_ceiling_counts_every_run_at_every_offset() -> None:
+    """The census's ceiling (``Rules(windows=N)``): every run of 1 to N statements of a list
+    at every offset, regions that cross (one pset could not hold them), still subject to the
+    static drops; the rules propose a nested part of them."""
+    text = "def f(xs):\n" + "".join(f"    v{i} = xs[{i}] * {i + 2}\n" for i in range(4))
+    executed = set(range(1, 6))
+    windows, _ = propose("f.py", text, executed, Published(), Rules(windows=3))
+    assert sorted((r.start, r.end) for r in windows) == sorted(
+        (a, a + n - 1) for n in (1, 2, 3) for a in range(2, 7 - n)
+    )
+    with pytest.raises(ValueError, match="cross"):
+        mark(text, windows)
+    nested, _ = propose("f.py", text, executed, Published(), Rules())
+    assert {(r.start, r.end) for r in nested} <= {(r.start, r.end) for r in windows} | {(2, 5)}
+    fenced = Published(ranges=((3, 3),))
+    assert all(
+        not r.overlaps(3, 3) for r in propose("f.py", text, executed, fenced, Rules(windows=3))[0]
+    )
