@@ -55,6 +55,14 @@ from rcb_env.validation.dispatcher import Dispatcher
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many candidates per paper.")
 @click.option("--timeout", type=float, help="Seconds per test run.")
 @click.option(
+    "--mutant-timeout",
+    type=click.FloatRange(min=1),
+    default=10.0,
+    show_default=True,
+    help="A mutant's test run is stopped (killed) after this many times the paper's slowest "
+    "reference run (at least 30 s, at most the paper's own timeout).",
+)
+@click.option(
     "--holdout",
     multiple=True,
     help="A paper left out of synthesis altogether (the by-paper split; repeatable).",

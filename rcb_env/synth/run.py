@@ -41,7 +41,7 @@ from ruamel.yaml import YAML
 from rcb_env.catalog import BENCHMARKS
 from rcb_env.errors import ConfigError, InfrastructureError
 from rcb_env.frozen import Frozen
-from rcb_env.grading.grader import GradingConfig
+from rcb_env.grading.grader import Grader, GradingConfig
 from rcb_env.grading.models import GradeResult
 from rcb_env.sandbox import SandboxConfig, SandboxFactory
 from rcb_env.synth import coverage
@@ -73,6 +73,9 @@ LEDGER = "ledger.jsonl"
 SETTINGS = "settings.json"
 #: The tracer slows the test down; the coverage run gets this many grading timeouts.
 COVERAGE_TIMEOUTS = 3
+#: The least timeout of a mutant's test run (seconds).
+MUTANT_TIMEOUT_MIN_S = 30.0
+REFERENCES = "references.json"
 
 
 class SynthPlan(Frozen):
@@ -94,6 +97,11 @@ class SynthPlan(Frozen):
     timeout: float | None = None
     holdout: tuple[str, ...] = ()
     """Papers left out of synthesis (the by-paper split): the test set is theirs alone."""
+    mutant_timeout: float = Field(default=10.0, ge=1)
+    """A mutant's test run is stopped (the mutant killed) after this many times the paper's
+    slowest reference run, at least :data:`MUTANT_TIMEOUT_MIN_S` and at most the paper's own
+    timeout (a mutated loop bound that never ends is killed in seconds, not the paper's five
+    minutes)."""
 
     def grading(self) -> GradingConfig:
         return GradingConfig() if self.timeout is None else GradingConfig(timeout_s=self.timeout)
@@ -336,6 +344,8 @@ class _Synthesis:
             )
         sound: list[str] = []
         for pr in report.papers:
+            if pr.reference and all(r.outcome is Outcome.PASSED for r in pr.reference):
+                self._reference_s(pr.id, max(r.duration_s for r in pr.reference))
             for sr in pr.snippet_reports:
                 if sr.status is Status.OK:
                     sound.append(sr.id)
@@ -353,6 +363,39 @@ class _Synthesis:
                     detail = "; ".join(r.detail[:120] for r in pr.reference if r.detail)
                     self.drop(sr.id, "validate", sr.status.value, detail)
         return sound
+
+    def _reference_s(self, paper_id: str, seconds: float | None = None) -> float | None:
+        """The paper's slowest passing reference run (seconds), recorded by ``validate`` in the
+        work folder (a resumed run reads it); ``seconds``: record it."""
+        path = self.work / REFERENCES
+        known: dict[str, float] = json.loads(path.read_text()) if path.is_file() else {}
+        if seconds is not None:
+            known[paper_id] = round(seconds, 3)
+            path.write_text(json.dumps(known, indent=2, sort_keys=True))
+        return known.get(paper_id)
+
+    def _mutant_timeouts(self, candidates: Pset, factory: SandboxFactory) -> Pset:
+        """``candidates`` with each paper's timeout cut to ``mutant_timeout`` times its slowest
+        reference run (at least :data:`MUTANT_TIMEOUT_MIN_S`, at most its own timeout). A
+        paper validated by a run that did not record it has its reference run once now; if
+        that fails, the paper keeps its own timeout."""
+        papers = []
+        for p in candidates.papers:
+            ref = self._reference_s(p.id)
+            own = p.overlay.timeout_s or self.grading.timeout_s
+            if ref is None and p.snippets:
+                s = p.snippets[0]
+                grader = Grader(self.grading, executor=factory.grading_executor(p))
+                result = grader.grade(p, s, s.reference_body)
+                if result.passed:
+                    ref = self._reference_s(p.id, result.duration_s)
+            if ref is None:
+                papers.append(p)
+                continue
+            cut = mutant_timeout(ref, own, self.plan.mutant_timeout)
+            overlay = p.overlay.model_copy(update={"timeout_s": cut})
+            papers.append(p.model_copy(update={"overlay": overlay}))
+        return candidates.model_copy(update={"papers": tuple(papers)})
 
     def audit(self, candidates: Pset, factory: SandboxFactory, meter: Meter) -> list[str]:
         """The candidates whose answer the leak audit finds nowhere the solver can read."""
@@ -373,8 +416,10 @@ class _Synthesis:
     def score(self, candidates: Pset, factory: SandboxFactory, meter: Meter) -> None:
         """Each candidate's mutation score against the threshold: the final verdicts. Its
         mutants are graded in rounds (:func:`settled_rounds`), none once its verdict is
-        settled."""
+        settled; each mutant's test run is stopped after ``mutant_timeout`` times the paper's
+        reference run (:meth:`_mutant_timeouts`)."""
         plan = self.plan
+        candidates = self._mutant_timeouts(candidates, factory)
         records = self.work / "mutants"
         made = {
             sid: len(g.mutants) for sid, g in plan_mutants(candidates, plan.seed, plan.cap).items()
@@ -555,6 +600,12 @@ def plan_mutants(pset: Pset, seed: int, cap: int) -> dict[str, Generation]:
     from rcb_env.validation.mutants import OPERATORS
 
     return plan(pset, seed=seed, cap=cap, operators=tuple(OPERATORS.names()))[1]
+
+
+def mutant_timeout(reference_s: float, own_s: float, factor: float) -> float:
+    """Seconds a mutant's test run may take: ``factor`` times the reference run, at least
+    :data:`MUTANT_TIMEOUT_MIN_S`, at most the paper's own timeout ``own_s``."""
+    return min(own_s, max(MUTANT_TIMEOUT_MIN_S, factor * reference_s))
 
 
 def settled(killed: int, survived: int, made: int, threshold: float) -> bool | None:

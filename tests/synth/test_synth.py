@@ -31,6 +31,7 @@ from rcb_env.synth.run import (
     SynthPlan,
     TouchesTestSetError,
     apart,
+    mutant_timeout,
     proposals,
     published_in,
     settled,
@@ -253,6 +254,8 @@ def test_synth_killed_and_resumed(tmp_path: Path, require_bwrap: None) -> None:
     before = [json.loads(x) for x in ledger.read_text().splitlines()]
     final_before = {v["id"] for v in before if v["kept"] is not None}
     assert {v["reason"] for v in before} >= {"null_passes", "leak"}
+    references = json.loads((out / WORK / "references.json").read_text())
+    assert 0 < references["tiny"] < 60  # the mutants' timeouts are cut from it
     assert any(v["kept"] is None and v["stage"] == "audit" for v in before)
 
     def graded() -> list[tuple[str, str]]:
@@ -430,6 +433,9 @@ def test_mutants_stop_once_the_verdict_is_settled() -> None:
     assert graded.count(strong) == 4  # 4 of 5 killed: at least 0.8 whatever the fifth does
     assert graded.count(weak) == 2  # 2 of 5 survived: at most 0.6
     assert len(heard) == 6
+    assert mutant_timeout(0.4, 300.0, 10.0) == 30.0  # at least 30 s
+    assert mutant_timeout(12.0, 300.0, 10.0) == 120.0
+    assert mutant_timeout(60.0, 300.0, 10.0) == 300.0  # never past the paper's own
     assert settled(4, 0, 5, 0.8) is True
     assert settled(3, 1, 5, 0.8) is None
     assert settled(3, 2, 5, 0.8) is False
