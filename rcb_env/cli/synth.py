@@ -55,6 +55,13 @@ from rcb_env.validation.dispatcher import Dispatcher
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many candidates per paper.")
 @click.option("--timeout", type=float, help="Seconds per test run.")
 @click.option(
+    "--min-mutants",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="The fewest mutants a kept snippet has (a score of one or two measures nothing).",
+)
+@click.option(
     "--mutant-timeout",
     type=click.FloatRange(min=1),
     default=10.0,

@@ -97,6 +97,9 @@ class SynthPlan(Frozen):
     timeout: float | None = None
     holdout: tuple[str, ...] = ()
     """Papers left out of synthesis (the by-paper split): the test set is theirs alone."""
+    min_mutants: int = Field(default=3, ge=1)
+    """The fewest mutants a kept snippet has: a score of one or two mutants (``self.eps =
+    eps`` has one) does not measure how well the test tells right from wrong."""
     mutant_timeout: float = Field(default=10.0, ge=1)
     """A mutant's test run is stopped (the mutant killed) after this many times the paper's
     slowest reference run, at least :data:`MUTANT_TIMEOUT_MIN_S` and at most the paper's own
@@ -419,11 +422,19 @@ class _Synthesis:
         settled; each mutant's test run is stopped after ``mutant_timeout`` times the paper's
         reference run (:meth:`_mutant_timeouts`)."""
         plan = self.plan
-        candidates = self._mutant_timeouts(candidates, factory)
+        generations = plan_mutants(candidates, plan.seed, plan.cap)
+        made = {sid: len(g.mutants) for sid, g in generations.items()}
+        for sid, n in made.items():
+            if n == 0:
+                why = generations[sid].error or "no mutant could be made"
+                self.drop(sid, "mutants", "no_mutants", why)
+            elif n < plan.min_mutants:
+                self.drop(sid, "mutants", "few_mutants", f"{n} < {plan.min_mutants} mutants")
+        rest = tuple(s.id for s in candidates.snippets if made[s.id] >= plan.min_mutants)
+        if not rest:
+            return
+        candidates = self._mutant_timeouts(select_snippets(candidates, rest), factory)
         records = self.work / "mutants"
-        made = {
-            sid: len(g.mutants) for sid, g in plan_mutants(candidates, plan.seed, plan.cap).items()
-        }
         with self.dispatcher.session(slots=plan.jobs):
             grade_all = self.dispatcher.grade_mutants(candidates, factory, self.grading, plan.jobs)
             with meter("mutants", None) as bar:
@@ -439,9 +450,7 @@ class _Synthesis:
         for st in strength.snippets:
             m = made.get(st.id, 0)
             verdict = settled(st.killed, st.survived, m, plan.threshold)
-            if m == 0:
-                self.drop(st.id, "mutants", "no_mutants", st.error or "no mutant could be made")
-            elif verdict is None:
+            if verdict is None:
                 self.undecided.append(st.id)  # mutants whose grading failed: the next run
             elif not verdict:
                 bound = (m - st.survived) / m
@@ -529,6 +538,10 @@ class _Synthesis:
         from rcb_env import __version__
 
         ids = {f"{p}/{r.name}": r for p, rs in self.regions.items() for r in rs}
+        few = self.plan.min_mutants
+        for i, v in list(self.ledger.verdicts.items()):
+            if v.kept is True and i in ids and v.made < few:  # kept by a run before the rule
+                self.drop(i, "mutants", "few_mutants", f"{v.made} < {few} mutants")
         kept = {i: v for i, v in self.ledger.verdicts.items() if v.kept is True and i in ids}
         per_paper: dict[str, list[Region]] = {}
         for sid in kept:

@@ -278,6 +278,8 @@ def test_synth_killed_and_resumed(tmp_path: Path, require_bwrap: None) -> None:
     m = result.manifest
     reasons = {d.reason for d in m.dropped}
     assert {"overlaps_published", "not_executed", "null_passes", "leak"} <= reasons, reasons
+    few = [d for d in m.dropped if d.reason == "few_mutants"]
+    assert few, reasons  # e.g. `count = 0`: a score of one mutant measures nothing
     assert all(d.reason and d.stage for d in m.dropped)
     assert m.snippets
     assert not result.undecided
@@ -287,6 +289,8 @@ def test_synth_killed_and_resumed(tmp_path: Path, require_bwrap: None) -> None:
         assert s.provenance.file == "stats.py"
         assert s.provenance.file_sha256
         assert s.difficulty.mutation_score >= 0.8
+        assert s.difficulty.mutation_score_min >= 0.8
+        assert 3 <= s.difficulty.mutants_graded <= s.difficulty.mutants <= 6
         assert not s.difficulty.null_passes
         assert s.weight == kept.paper("tiny").snippet(s.id.split("/", 1)[1]).weight
     assert set(m.test_set.snippets) == {"tiny/mean"}
