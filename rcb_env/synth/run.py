@@ -22,6 +22,7 @@ the candidate stays undecided and is tried again on the next run.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
@@ -30,7 +31,8 @@ import random
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,7 @@ from rcb_env.verdicts import Outcome
 
 WORK = ".work"
 LEDGER = "ledger.jsonl"
+LOCK = "lock"
 SETTINGS = "settings.json"
 #: The tracer slows the test down; the coverage run gets this many grading timeouts.
 COVERAGE_TIMEOUTS = 3
@@ -720,6 +723,33 @@ def _dropped(sid: str, r: Region, why: Dropped | Verdict) -> DroppedCandidate:
     )
 
 
+@contextmanager
+def _only_run(work: Path) -> Iterator[None]:
+    """Hold the work folder for this run alone (a lock the kernel drops when the process
+    ends, killed or not).
+
+    Raises:
+        ConfigError: another run holds it.
+    """
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = path.read_text().strip() or "?"
+            raise ConfigError(
+                f"another rcb-env synth (pid {holder}) is writing {work.parent}: wait for it, "
+                "or stop it and run again to resume"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        yield
+    finally:
+        os.close(fd)
+
+
 def synthesize(
     source: Pset, plan: SynthPlan, out: Path, dispatcher: Dispatcher, meter: Meter = quiet
 ) -> SynthResult:
@@ -731,16 +761,17 @@ def synthesize(
         TouchesTestSetError: a kept snippet touches the test set (nothing is written).
     """
     started = time.monotonic()
-    run = _Synthesis(source, plan, out, dispatcher)
-    factory = SandboxFactory(plan.sandbox)
-    try:
-        t = time.monotonic()
-        run.propose(factory, meter)
-        run.stage_s["coverage+propose"] = round(time.monotonic() - t, 1)
-        pending = run.verify(factory, meter)
-    finally:
-        factory.close()
-    manifest = run.finish()
+    with _only_run(out.resolve() / WORK):
+        run = _Synthesis(source, plan, out, dispatcher)
+        factory = SandboxFactory(plan.sandbox)
+        try:
+            t = time.monotonic()
+            run.propose(factory, meter)
+            run.stage_s["coverage+propose"] = round(time.monotonic() - t, 1)
+            pending = run.verify(factory, meter)
+        finally:
+            factory.close()
+        manifest = run.finish()
     undecided = sorted(set(run.undecided))
     return SynthResult(
         manifest=manifest,

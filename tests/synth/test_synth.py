@@ -248,6 +248,8 @@ def test_synth_killed_and_resumed(tmp_path: Path, require_bwrap: None) -> None:
             break
         time.sleep(0.02)
     assert proc.poll() is None, "the run ended before it could be killed"
+    with pytest.raises(ConfigError, match=f"another rcb-env synth \\(pid {proc.pid}\\)"):
+        synthesize(load(root), _plan(), out, Local())  # one run at a time in a folder
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (out / synth_manifest.MANIFEST).exists()
