@@ -14,8 +14,7 @@ Training apart from the test set (docs/synth.md): ``--train-pset DIR`` trains on
 pset (``rcb-env synth``; ``--task ID`` picks its tasks, default the first two, or
 ``--subset level:easy`` its easy ones), then ``--eval-pset researchcodebench --eval-task ID``
 plays the trained model on published snippets (rcb-env's rollout, the model as its policy) and
-prints each reward. A training pset and its test set are never mixed in one dataset: the
-command refuses it as ``eval`` does.
+prints each reward. A training task its set's manifest names as the test set is refused.
 """
 
 from __future__ import annotations
@@ -155,10 +154,14 @@ def train(
 
 class TinyPolicy:
     """The trained model as rcb-env's rollout policy: the chat template with the tools, a short
-    greedy completion, its ``<tool_call>`` blocks as tool calls."""
+    greedy completion, its ``<tool_call>`` blocks as tool calls. Its byte-level vocabulary makes
+    a paper's outline tens of thousands of tokens: it reads the last ``context`` of them."""
 
-    def __init__(self, model: Any, tokenizer: Any, max_new_tokens: int = 24) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, max_new_tokens: int = 24, context: int = 4096
+    ) -> None:
         self.model, self.tokenizer, self.max_new_tokens = model, tokenizer, max_new_tokens
+        self.context = context
 
     async def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
         import asyncio
@@ -176,6 +179,7 @@ class TinyPolicy:
             messages, tools=tools, add_generation_prompt=True, return_tensors="pt"
         )
         ids = ids["input_ids"] if not isinstance(ids, torch.Tensor) else ids
+        ids = ids[:, -self.context :]
         with torch.no_grad():
             out = self.model.generate(ids, max_new_tokens=self.max_new_tokens, do_sample=False)
         text = self.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=False)
@@ -228,10 +232,9 @@ def main() -> None:
     from rcb_env.grading import GradingConfig
     from rcb_env.integrations.trl import environment_factory
     from rcb_env.sandbox import SandboxConfig
+    from rcb_env.synth.manifest import read as read_manifest
     from rcb_env.synth.manifest import select as synth_select
-    from rcb_env.synth.manifest import test_set_mixed
     from rcb_env.task import load
-    from rcb_env.task.selection import combine
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
@@ -260,10 +263,11 @@ def main() -> None:
         if ns.subset:
             train_set = synth_select(train_set, ns.subset)
         tasks = [s.id for s in train_set.snippets][:2]
-    if ns.eval_pset is not None and ns.train_pset is not None:
-        mixed = test_set_mixed(combine([load(ns.train_pset), load(ns.eval_pset)]))
-        if set(mixed) & set(tasks):
-            raise SystemExit(f"training on the test set: {sorted(set(mixed) & set(tasks))}")
+    if ns.train_pset is not None:  # a training set names its test set: never train on it
+        record = read_manifest(Path(ns.train_pset))
+        held = set(record.test_set.snippets) if record is not None else set()
+        if held & set(tasks):
+            raise SystemExit(f"training on the test set: {sorted(held & set(tasks))}")
     t0 = time.monotonic()
 
     def show(logs: dict[str, Any]) -> None:
@@ -289,7 +293,10 @@ def main() -> None:
     steps = sum(1 for h in history if "loss" in h)
     print(f"trained {steps} steps in {time.monotonic() - t0:.0f} s")
     if ns.eval_pset is not None:
-        for task_id, reward in evaluate(model, ns.eval_pset, ns.eval_task, episode):
+        # the same episodes, with at most 4 model turns (the tiny model never submits)
+        budgets = episode.budgets.model_copy(update={"max_model_calls": 4})
+        played = episode.model_copy(update={"budgets": budgets})
+        for task_id, reward in evaluate(model, ns.eval_pset, ns.eval_task, played):
             shown = "not scored" if reward is None else f"{reward:.3f}"
             print(f"evaluated on {ns.eval_pset} {task_id}: reward {shown}", flush=True)
         print(f"done in {time.monotonic() - t0:.0f} s")
