@@ -277,14 +277,19 @@ def test_synth_killed_and_resumed(tmp_path: Path, require_bwrap: None) -> None:
     assert len(keys) == len(set(keys)), "a graded mutant was graded again"
     assert graded_before <= set(keys)
 
-    m = result.manifest
+    _check_outcome(result.manifest, result.undecided, out)
+
+
+def _check_outcome(m: synth_manifest.Manifest, undecided: list[str], out: Path) -> None:
+    """Every stage's outcome: the kept snippets load as a pset with provenance and difficulty,
+    and every dropped candidate has its reason in the manifest."""
     reasons = {d.reason for d in m.dropped}
     assert {"overlaps_published", "not_executed", "null_passes", "leak"} <= reasons, reasons
     few = [d for d in m.dropped if d.reason == "few_mutants"]
     assert few, reasons  # e.g. `count = 0`: a score of one mutant measures nothing
     assert all(d.reason and d.stage for d in m.dropped)
     assert m.snippets
-    assert not result.undecided
+    assert not undecided
     kept = load(out)
     assert {s.id for s in kept.snippets} == {s.id for s in m.snippets}
     for s in m.snippets:
