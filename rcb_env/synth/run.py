@@ -541,10 +541,6 @@ class _Synthesis:
         from rcb_env import __version__
 
         ids = {f"{p}/{r.name}": r for p, rs in self.regions.items() for r in rs}
-        few = self.plan.min_mutants
-        for i, v in list(self.ledger.verdicts.items()):
-            if v.kept is True and i in ids and v.made < few:  # kept by a run before the rule
-                self.drop(i, "mutants", "few_mutants", f"{v.made} < {few} mutants")
         kept = {i: v for i, v in self.ledger.verdicts.items() if v.kept is True and i in ids}
         per_paper: dict[str, list[Region]] = {}
         for sid in kept:
