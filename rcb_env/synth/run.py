@@ -43,7 +43,7 @@ from ruamel.yaml import YAML
 from rcb_env.catalog import BENCHMARKS
 from rcb_env.errors import ConfigError, InfrastructureError
 from rcb_env.frozen import Frozen
-from rcb_env.grading.grader import Grader, GradingConfig
+from rcb_env.grading.grader import GradingConfig
 from rcb_env.grading.models import GradeResult
 from rcb_env.sandbox import SandboxConfig, SandboxFactory
 from rcb_env.synth import coverage
@@ -380,21 +380,15 @@ class _Synthesis:
             path.write_text(json.dumps(known, indent=2, sort_keys=True))
         return known.get(paper_id)
 
-    def _mutant_timeouts(self, candidates: Pset, factory: SandboxFactory) -> Pset:
+    def _mutant_timeouts(self, candidates: Pset) -> Pset:
         """``candidates`` with each paper's timeout cut to ``mutant_timeout`` times its slowest
-        reference run (at least :data:`MUTANT_TIMEOUT_MIN_S`, at most its own timeout). A
-        paper validated by a run that did not record it has its reference run once now; if
-        that fails, the paper keeps its own timeout."""
+        reference run (at least :data:`MUTANT_TIMEOUT_MIN_S`, at most its own timeout), as
+        ``validate`` recorded it before any candidate of the paper passed (a paper without a
+        record keeps its own timeout)."""
         papers = []
         for p in candidates.papers:
             ref = self._reference_s(p.id)
             own = p.overlay.timeout_s or self.grading.timeout_s
-            if ref is None and p.snippets:
-                s = p.snippets[0]
-                grader = Grader(self.grading, executor=factory.grading_executor(p))
-                result = grader.grade(p, s, s.reference_body)
-                if result.passed:
-                    ref = self._reference_s(p.id, result.duration_s)
             if ref is None:
                 papers.append(p)
                 continue
@@ -436,7 +430,7 @@ class _Synthesis:
         rest = tuple(s.id for s in candidates.snippets if made[s.id] >= plan.min_mutants)
         if not rest:
             return
-        candidates = self._mutant_timeouts(select_snippets(candidates, rest), factory)
+        candidates = self._mutant_timeouts(select_snippets(candidates, rest))
         records = self.work / "mutants"
         with self.dispatcher.session(slots=plan.jobs):
             grade_all = self.dispatcher.grade_mutants(candidates, factory, self.grading, plan.jobs)
